@@ -28,3 +28,54 @@ def need(condition: bool, why: str) -> None:
 def shared_data() -> Path:
     need(SHARED_DATA.is_dir(), f"reference data not found at {SHARED_DATA} (../shared/data)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory):
+    """One real `prefect server start` for the whole test session; yields its API URL.
+
+    Every test that runs flows shares it (a server per test would cost ~10 s each). Prefect's
+    home and result storage point at session temp dirs, so cached results never leak between
+    sessions. Under CI a server that does not come up fails the test.
+    """
+    from flows.server import PrefectServerError, local_server, quiet_env
+
+    root = tmp_path_factory.mktemp("prefect")
+    env = {
+        **quiet_env(),
+        "PREFECT_HOME": str(root / "client-home"),
+        "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(root / "results"),
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        # the API log handler flushes at exit, after the server is gone, and prints an error
+        "PREFECT_LOGGING_TO_API_ENABLED": "false",
+    }
+    try:
+        server = local_server(home=root / "server-home", ui=False)
+        api_url = server.__enter__()
+    except PrefectServerError as exc:
+        need(False, f"no Prefect server: {exc}")
+        return
+    env["PREFECT_API_URL"] = api_url
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    from prefect.settings import temporary_settings
+
+    # Prefect reads env at import; temporary_settings makes an already-imported prefect agree.
+    with temporary_settings(
+        updates={
+            "api.url": api_url,
+            "home": root / "client-home",
+            "results.local_storage_path": root / "results",
+            "server.analytics_enabled": False,
+            "logging.to_api.enabled": False,
+        }
+    ):
+        try:
+            yield api_url
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            server.__exit__(None, None, None)

@@ -1,0 +1,325 @@
+"""The sweep config: one TOML file naming the models, the tasks, the verifiers and the gates.
+
+Validated on load with pydantic. A bad file never gets as far as a model call: every problem is
+reported as one line naming the file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "ConfigError",
+    "GateConfig",
+    "ModelConfig",
+    "SweepConfig",
+    "TaskConfig",
+    "load_config",
+    "parse_config",
+]
+
+# Inspect model strings are "<provider>/<name>[/...]"; anything without a provider is a typo.
+_MODEL_RE = re.compile(r"^[A-Za-z0-9_.-]+/.+$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ConfigError(ValueError):
+    """A sweep config that cannot be used; the message names the file, the key and the fix."""
+
+
+class _Strict(BaseModel):
+    # forbid: a misspelt key must be an error, not a silently ignored setting
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """One model (checkpoint) to generate with.
+
+    Attributes:
+        model: an Inspect model string, e.g. "vllm/Qwen/Qwen2.5-7B", "openai-api/local/ckpt-42",
+            "mockllm/model".
+        name: a short label for tables; defaults to the model string.
+        base_url: the server to talk to; for "vllm/" without it Inspect starts `vllm serve`.
+        args: model args passed to the provider (Inspect's `model_args`).
+        config: generation config (Inspect `GenerateConfig` fields: temperature, max_tokens,
+            max_retries, timeout, max_connections, ...).
+        work_pool: the Prefect work pool generation runs on when deployed.
+        retry_on_error: how many times Inspect re-runs a sample whose generation errored.
+    """
+
+    model: str
+    name: str | None = None
+    base_url: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    work_pool: str = "gpu"
+    retry_on_error: Annotated[int, Field(ge=0, le=20)] = 2
+
+    @field_validator("model")
+    @classmethod
+    def _model_string(cls, v: str) -> str:
+        if not _MODEL_RE.match(v):
+            raise ValueError(
+                "must be an Inspect model string '<provider>/<name>', e.g. 'vllm/<name>', "
+                "'openai-api/<svc>/<name>' or 'mockllm/model'"
+            )
+        return v
+
+    @field_validator("config")
+    @classmethod
+    def _generate_config(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from inspect_ai.model import GenerateConfig
+
+        unknown = sorted(set(v) - set(GenerateConfig.model_fields))
+        if unknown:
+            allowed = ", ".join(sorted(GenerateConfig.model_fields))
+            raise ValueError(f"unknown generation setting(s) {unknown}; allowed: {allowed}")
+        GenerateConfig(**v)  # type errors surface here with the field name
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model
+
+
+class TaskConfig(_Strict):
+    """One Inspect task and the verifiers that score it.
+
+    Attributes:
+        task: an Inspect task spec, "path/to/file.py@task_name", or a registered task name.
+        args: task args (Inspect's `task_args`).
+        limit: score only the first N samples (None: all).
+        epochs: how many times each sample is generated.
+        verifiers: names of registered verifiers (see `gradebook verifiers`).
+    """
+
+    task: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    limit: Annotated[int, Field(ge=1)] | None = None
+    epochs: Annotated[int, Field(ge=1, le=1000)] = 1
+    verifiers: list[str] = Field(min_length=1)
+
+    @field_validator("task")
+    @classmethod
+    def _task_spec(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must be an Inspect task spec like 'tasks/math.py@math_verified'")
+        return v.strip()
+
+    @property
+    def label(self) -> str:
+        return self.task.rsplit("@", 1)[-1] if "@" in self.task else self.task
+
+
+class GateConfig(_Strict):
+    """Release thresholds (applied by the gate step); fractions are in [0, 1].
+
+    Attributes:
+        min_accuracy: accuracy over scored samples must be at least this.
+        max_error_rate: errored samples / all samples must be at most this.
+        max_unscored_rate: unscored samples / all samples must be at most this.
+        max_regression: allowed drop in accuracy against the previous run of the same
+            (task, model-family) under the same verifier fingerprint.
+        significance: p-value below which a paired regression counts as real.
+    """
+
+    min_accuracy: Annotated[float, Field(ge=0, le=1)] | None = None
+    max_error_rate: Annotated[float, Field(ge=0, le=1)] | None = None
+    max_unscored_rate: Annotated[float, Field(ge=0, le=1)] | None = None
+    max_regression: Annotated[float, Field(ge=0, le=1)] | None = None
+    significance: Annotated[float, Field(gt=0, lt=1)] = 0.05
+
+
+class SweepConfig(_Strict):
+    """A whole sweep: every (model, task) pair is generated, scored and gated.
+
+    Attributes:
+        name: the sweep's name (also the Prefect deployment name under `gradebook serve`).
+        schedule: an optional cron string; `gradebook serve` runs the sweep on it.
+        log_dir: where Inspect writes the .eval logs (relative paths: to the config file).
+        warehouse: the DuckDB file (relative paths: to the config file).
+        verifier_modules: extra Python modules to import so the verifiers they register exist.
+    """
+
+    name: str
+    schedule: str | None = None
+    log_dir: Path = Path("logs")
+    warehouse: Path = Path("gradebook.duckdb")
+    verifier_modules: list[str] = Field(default_factory=list)
+    models: list[ModelConfig] = Field(min_length=1)
+    tasks: list[TaskConfig] = Field(min_length=1)
+    gates: GateConfig = Field(default_factory=GateConfig)
+    source: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("must be letters, digits, '.', '_' or '-' (it names a deployment)")
+        return v
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        # Prefect's own validator, so a schedule that loads here is one the server accepts.
+        from prefect.client.schemas.schedules import CronSchedule
+
+        try:
+            CronSchedule(cron=v)
+        except ValidationError:
+            raise ValueError(
+                f"{v!r} is not a cron string; use five fields, e.g. '0 3 * * *' (03:00 daily)"
+            ) from None
+        return v
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> SweepConfig:
+        for kind, labels in (
+            ("models", [m.label for m in self.models]),
+            ("tasks", [(t.task, repr(sorted(t.args.items()))) for t in self.tasks]),
+        ):
+            dupes = sorted({str(x) for x in labels if labels.count(x) > 1})
+            if dupes:
+                raise ValueError(f"{kind}: duplicate entries {dupes}; give each a distinct name")
+        return self
+
+    def pairs(self) -> list[tuple[ModelConfig, TaskConfig]]:
+        """Every (model, task) pair, grouped by model so a model server is started once."""
+        return [(m, t) for m in self.models for t in self.tasks]
+
+
+def _loc(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:
+    """Render a pydantic error location the way the user wrote it in TOML."""
+    parts: list[str] = []
+    node: Any = raw
+    for item in loc:
+        if isinstance(item, int):
+            # [[models]] entries are easier to find by their model string than by index
+            label = ""
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict):
+                entry = node[item]
+                label = entry.get("name") or entry.get("model") or entry.get("task") or ""
+            parts[-1] = f"{parts[-1]}[{item}]" + (f" ({label})" if label else "")
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+        else:
+            parts.append(str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(parts) or "(top level)"
+
+
+def _message(err: dict[str, Any]) -> str:
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return "unknown key; check the spelling (see examples/demo.toml for every key)"
+    if err["type"] == "missing":
+        return "required key is missing"
+    return msg
+
+
+def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> SweepConfig:
+    """Validate an already-parsed TOML mapping.
+
+    Args:
+        raw: the TOML document as a dict.
+        source: the file it came from; named in errors and used to resolve relative paths.
+
+    Raises:
+        ConfigError: naming the file, the key and what is allowed.
+    """
+    source = Path(source)
+    try:
+        cfg = SweepConfig.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{source}: {_loc(e['loc'], raw)}: {_message(e)}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+    base = source.parent if source.suffix else Path.cwd()
+    from scorers.registry import all_verifiers
+
+    _import_verifier_modules(cfg.verifier_modules, source)
+    known = all_verifiers()
+    for i, task in enumerate(cfg.tasks):
+        unknown = [v for v in task.verifiers if v not in known]
+        if unknown:
+            raise ConfigError(
+                f"{source}: tasks[{i}] ({task.task}).verifiers: unknown verifier(s) {unknown}; "
+                f"registered: {', '.join(sorted(known)) or 'none'}"
+            )
+    return cfg.model_copy(
+        update={
+            "log_dir": _resolve(cfg.log_dir, base),
+            "warehouse": _resolve(cfg.warehouse, base),
+            "tasks": [_resolve_task(t, base, source, i) for i, t in enumerate(cfg.tasks)],
+            "source": source,
+        }
+    )
+
+
+def load_config(path: Path | str) -> SweepConfig:
+    """Read and validate a sweep TOML file.
+
+    Raises:
+        ConfigError: the file is missing, is not TOML, or does not validate.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; pass the path of a sweep TOML file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.__class__.__name__})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(raw, source=path)
+
+
+def _resolve(p: Path, base: Path) -> Path:
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+def _resolve_task(task: TaskConfig, base: Path, source: Path, index: int) -> TaskConfig:
+    # A file spec is resolved against the config's directory first, so a config can be run
+    # from anywhere; a registered task name (no ".py") is left for Inspect to look up.
+    file, sep, name = task.task.partition("@")
+    if not file.endswith(".py"):
+        return task
+    candidate = Path(file)
+    if not candidate.is_absolute():
+        for root in (base, Path.cwd()):
+            if (root / candidate).is_file():
+                candidate = (root / candidate).resolve()
+                break
+    if not candidate.is_file():
+        raise ConfigError(
+            f"{source}: tasks[{index}].task: file {file!r} not found (looked next to the config and in the "
+            "current directory); give a path to a .py file with an @task, or a task name"
+        )
+    return task.model_copy(update={"task": f"{candidate}{sep}{name}"})
+
+
+def _import_verifier_modules(modules: list[str], source: Path) -> None:
+    import importlib
+
+    for mod in modules:
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            raise ConfigError(
+                f"{source}: verifier_modules: cannot import {mod!r} ({exc}); install it or "
+                "put its directory on PYTHONPATH"
+            ) from None
