@@ -1,1 +1,34 @@
-"""gradebook: warehouse."""
+"""gradebook: warehouse — the DuckDB score history (schema, log ingest, score writes, views).
+
+The documented views (runs, samples, messages, scores, verifiers, latest_scores, run_metrics,
+grade_flips, score_history) are the user interface; see docs/readme/warehouse.md.
+"""
+
+from warehouse.connection import WarehouseLocked
+from warehouse.logs import LogReadError
+from warehouse.migrations import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNew
+from warehouse.schema import SAMPLES_TO_SCORE_SCHEMA, SCORE_KEY, SCORE_SCHEMA
+from warehouse.store import (
+    DEFAULT_DB,
+    IngestResult,
+    Warehouse,
+    WarehouseMissing,
+    stage_scores,
+)
+
+__all__ = [
+    "DEFAULT_DB",
+    "MIGRATIONS",
+    "SAMPLES_TO_SCORE_SCHEMA",
+    "SCHEMA_VERSION",
+    "SCORE_KEY",
+    "SCORE_SCHEMA",
+    "IngestResult",
+    "LogReadError",
+    "Migration",
+    "SchemaTooNew",
+    "Warehouse",
+    "WarehouseLocked",
+    "WarehouseMissing",
+    "stage_scores",
+]
