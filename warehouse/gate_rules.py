@@ -13,8 +13,9 @@ wrongly answered samples unscored must never read as a better score (design prin
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Annotated, Literal
+from collections.abc import Collection
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -24,6 +25,7 @@ __all__ = [
     "EXIT_CANNOT_EVALUATE",
     "EXIT_FAIL",
     "EXIT_PASS",
+    "GateResult",
     "GateRules",
     "RuleResult",
     "ScorerStats",
@@ -107,7 +109,7 @@ class ScorerStats(BaseModel):
         n_expected: dataset size x epochs from the log header, None if the header lacks it.
         n_scored / n_unscored / n_error: score rows by status under `fingerprint`; samples
             without a row are `n_missing`.
-        n_correct: scored rows with value 1.
+        n_correct: the sum of scored values (the count of right answers for 0/1 verifiers).
         pass_at_k: unbiased pass@k for k = 1..epochs (empty when epochs == 1).
     """
 
@@ -118,7 +120,7 @@ class ScorerStats(BaseModel):
     n_scored: int
     n_unscored: int
     n_error: int
-    n_correct: int
+    n_correct: float
     epochs: int = 1
     pass_at_k: dict[int, float] = Field(default_factory=dict)
 
@@ -262,7 +264,7 @@ def evaluate_rules(
         value = s.metric(rules.metric)
         detail = (
             f"{rules.metric}; accuracy over scored {_fmt(s.accuracy)}, "
-            f"strict {_fmt(s.accuracy_strict)} ({s.n_correct} correct, {s.n_scored} scored, "
+            f"strict {_fmt(s.accuracy_strict)} ({s.n_correct:g} correct, {s.n_scored} scored, "
             f"{s.n_samples} samples)"
         )
         if value is None and rules.pass_k:
@@ -315,12 +317,48 @@ def _regression(
     )
 
 
-def verdict_of(results: list[RuleResult], problems: Mapping[str, str] | None = None) -> Verdict:
-    """pass only if every rule passed; cannot_evaluate if a rule had no value or data is missing."""
-    if problems:
-        return "cannot_evaluate"
+def verdict_of(results: list[RuleResult], problems: Collection[str] | None = None) -> Verdict:
+    """fail if any rule failed; else cannot_evaluate if data is missing or a rule had no value.
+
+    A failing rule is decisive even when another scorer could not be evaluated: the release is
+    blocked either way, and "fail" names the reason that needs no re-scoring to confirm.
+    """
     if any(r.passed is False for r in results):
         return "fail"
-    if any(r.passed is None for r in results):
+    if problems or any(r.passed is None for r in results):
         return "cannot_evaluate"
     return "pass"
+
+
+class GateResult(BaseModel):
+    """One gate evaluation of one run: what is stored in the `gates` table and reported.
+
+    Attributes:
+        verdict: "pass" only if every rule passed; "cannot_evaluate" when `problems` is set.
+        results: one entry per rule and scorer.
+        fingerprints: the verifier fingerprint used for each scorer (its current one).
+        metrics: per scorer, the counts and both accuracies the rules were applied to.
+        problems: why the gate could not be evaluated, each with the command that fixes it.
+    """
+
+    gate_id: str
+    created: datetime
+    run_id: str
+    task: str | None = None
+    model: str | None = None
+    verdict: Verdict
+    rules: GateRules
+    results: list[RuleResult] = Field(default_factory=list)
+    fingerprints: dict[str, str] = Field(default_factory=dict)
+    baseline_run_id: str | None = None
+    metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    problems: list[str] = Field(default_factory=list)
+    sweep: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def failing(self) -> list[RuleResult]:
+        return [r for r in self.results if r.passed is False]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import duckdb
 
 from warehouse.connection import one
+from warehouse.gate_migrations import GATES_TABLE_SQL, PASS_AT_K_SQL
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,8 @@ LEFT JOIN fingerprint_order fo ON fo.scorer = m.scorer AND fo.fingerprint = m.fi
 MIGRATIONS: list[Migration] = [
     Migration("tables: runs, samples, messages, verifiers, scores", _V1_TABLES),
     Migration("views: run_metrics, latest_scores, grade_flips, score_history", _V2_VIEWS),
+    Migration("gates table and latest_gates view", GATES_TABLE_SQL),
+    Migration("pass@k: run_pass_at_k view, run_metrics.epochs and .pass_at_k", PASS_AT_K_SQL),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,329 @@
+"""Release gates over the warehouse: read a run's metrics, decide, record the decision.
+
+The decision itself is pure (warehouse.gate_rules); this module is the I/O around it. The gate
+evaluates each scorer under the fingerprint the caller says is *current* (computed from the
+verifier's code by scorers.fingerprint; passed in so the warehouse never imports scorers).
+A run whose scores exist only under an older fingerprint cannot be evaluated: comparing a
+release against a verifier that has since changed is exactly what design principle 7 forbids,
+so the result names the `gradebook rescore` command to run instead.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from warehouse.gate_rules import (
+    GateResult,
+    GateRules,
+    RuleResult,
+    ScorerStats,
+    evaluate_rules,
+    verdict_of,
+)
+from warehouse.gate_stats import PairedComparison, paired_comparison
+
+if TYPE_CHECKING:
+    from warehouse import Warehouse
+
+__all__ = [
+    "GateResult",
+    "GateRules",
+    "evaluate_gate",
+    "gate_run",
+    "newest_runs",
+    "record_gate",
+    "resolve_run_id",
+]
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] = ()) -> list[dict]:
+    cur = con.execute(sql, list(params))
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """The full run id for `run_id` or a unique prefix of it (>= 6 characters); None if unknown."""
+    exact = con.execute("SELECT run_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if exact:
+        return exact[0]
+    if len(run_id) < 6:
+        return None
+    hits = con.execute(
+        "SELECT run_id FROM runs WHERE starts_with(run_id, ?) LIMIT 2", [run_id]
+    ).fetchall()
+    return hits[0][0] if len(hits) == 1 else None
+
+
+def newest_runs(con: duckdb.DuckDBPyConnection, *, sweep: str | None = None) -> list[str]:
+    """The newest run of each task x model, optionally only runs a given sweep generated.
+
+    A sweep marks its runs through Inspect's eval metadata (`metadata.sweep`) or a tag
+    `sweep:<name>`; both are read from the stored log header.
+    """
+    where, params = "", []
+    if sweep is not None:
+        where = (
+            "WHERE json_extract_string(eval_spec, '$.metadata.sweep') = ? "
+            "OR list_contains(CAST(json_extract(eval_spec, '$.tags') AS VARCHAR[]), ?)"
+        )
+        params = [sweep, f"sweep:{sweep}"]
+    rows = con.execute(
+        f"SELECT run_id FROM runs {where} "
+        "QUALIFY row_number() OVER (PARTITION BY task, model ORDER BY created DESC, run_id DESC) = 1 "
+        "ORDER BY task, model",
+        params,
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _scorer_stats(
+    con: duckdb.DuckDBPyConnection, run_id: str, scorer: str, fingerprint: str
+) -> ScorerStats | None:
+    rows = _rows(
+        con,
+        "SELECT m.n_samples, m.n_scored, m.n_unscored, m.n_error, m.accuracy_strict, "
+        "       m.epochs, m.pass_at_k, r.total_samples, r.dataset_samples, r.n_samples AS stored "
+        "FROM run_metrics m LEFT JOIN runs r USING (run_id) "
+        "WHERE m.run_id = ? AND m.scorer = ? AND m.fingerprint = ?",
+        [run_id, scorer, fingerprint],
+    )
+    if not rows:
+        return None
+    m = rows[0]
+    epochs = int(m["epochs"] or 1)
+    expected = m["total_samples"] or (
+        m["dataset_samples"] * epochs if m["dataset_samples"] is not None else None
+    )
+    n_samples = int(m["n_samples"])
+    pass_at_k = {k: v for k, v in enumerate(m["pass_at_k"] or [], start=1) if v is not None}
+    return ScorerStats(
+        scorer=scorer,
+        fingerprint=fingerprint,
+        n_samples=n_samples,
+        n_expected=int(expected) if expected else None,
+        n_scored=int(m["n_scored"]),
+        n_unscored=int(m["n_unscored"]),
+        n_error=int(m["n_error"]),
+        n_correct=float(m["accuracy_strict"] or 0.0) * n_samples,
+        epochs=epochs,
+        pass_at_k=pass_at_k if epochs > 1 else {},
+    )
+
+
+def _outcomes(
+    con: duckdb.DuckDBPyConnection, run_id: str, scorer: str, fingerprint: str
+) -> dict[tuple[str, int], tuple[str | None, bool]]:
+    """(sample_id, epoch) -> (status or None when unscored-yet, correct) for every sample."""
+    rows = con.execute(
+        "SELECT s.sample_id, s.epoch, c.status, coalesce(c.status = 'scored' AND c.value >= 1, false) "
+        "FROM samples s LEFT JOIN scores c ON c.run_id = s.run_id AND c.sample_id = s.sample_id "
+        " AND c.epoch = s.epoch AND c.scorer = ? AND c.fingerprint = ? "
+        "WHERE s.run_id = ?",
+        [scorer, fingerprint, run_id],
+    ).fetchall()
+    return {(sid, int(epoch)): (status, bool(ok)) for sid, epoch, status, ok in rows}
+
+
+def _compare(
+    cand: Mapping[tuple[str, int], tuple[str | None, bool]],
+    base: Mapping[tuple[str, int], tuple[str | None, bool]],
+    rules: GateRules,
+) -> PairedComparison | None:
+    shared = sorted(cand.keys() & base.keys())
+    if rules.metric == "accuracy":
+        # Accuracy over scored samples: compare only where both runs have a verdict.
+        shared = [k for k in shared if cand[k][0] == "scored" and base[k][0] == "scored"]
+    return paired_comparison(((cand[k][1], base[k][1]) for k in shared), alpha=rules.alpha)
+
+
+def _fingerprints_present(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, list[str]]:
+    present: dict[str, list[str]] = {}
+    for scorer, fp in con.execute(
+        "SELECT scorer, fingerprint FROM scores WHERE run_id = ? GROUP BY ALL ORDER BY ALL",
+        [run_id],
+    ).fetchall():
+        present.setdefault(scorer, []).append(fp)
+    return present
+
+
+def _find_baseline(
+    con: duckdb.DuckDBPyConnection, run: Mapping[str, Any], rules: GateRules
+) -> tuple[str | None, str | None]:
+    """(baseline run id, problem) — the named baseline, or the newest earlier passing run."""
+    if rules.baseline is not None:
+        resolved = resolve_run_id(con, rules.baseline)
+        if resolved is None:
+            return None, (
+                f"baseline run {rules.baseline!r} is not in the warehouse: pass an existing "
+                "run id (see `SELECT run_id, task, model, created FROM runs`)"
+            )
+        return resolved, None
+    row = con.execute(
+        "SELECT g.run_id FROM latest_gates g JOIN runs r USING (run_id) "
+        "WHERE g.verdict = 'pass' AND r.task = ? AND r.model = ? AND r.run_id <> ? "
+        "  AND r.created < ? "
+        "ORDER BY r.created DESC, r.run_id DESC LIMIT 1",
+        [run["task"], run["model"], run["run_id"], run["created"]],
+    ).fetchone()
+    return (row[0] if row else None), None
+
+
+def evaluate_gate(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    rules: GateRules,
+    fingerprints: Mapping[str, str],
+    *,
+    sweep: str | None = None,
+) -> GateResult:
+    """Decide one run's gate from the warehouse (read-only; nothing is written).
+
+    Args:
+        con: a connection to the warehouse (read-only is enough).
+        run_id: the run (Inspect eval_id) or a unique prefix of it.
+        rules: the thresholds.
+        fingerprints: scorer name -> its current fingerprint; scorers not named are ignored.
+        sweep: recorded with the result.
+    """
+    result = GateResult(
+        gate_id=uuid.uuid4().hex,
+        created=datetime.now(UTC),
+        run_id=run_id,
+        verdict="cannot_evaluate",
+        rules=rules,
+        sweep=sweep,
+    )
+    resolved = resolve_run_id(con, run_id)
+    if resolved is None:
+        result.problems.append(
+            f"unknown run {run_id!r}: no such run id in the warehouse; list runs with "
+            "`SELECT run_id, task, model, created FROM runs` or ingest its log first"
+        )
+        return result
+    run = _rows(con, "SELECT run_id, task, model, created FROM runs WHERE run_id = ?", [resolved])[
+        0
+    ]
+    result.run_id, result.task, result.model = resolved, run["task"], run["model"]
+
+    present = _fingerprints_present(con, resolved)
+    scorers = [s for s in sorted(present) if s in fingerprints]
+    if not present:
+        result.problems.append(
+            f"run {resolved} has no scores yet: score it with `gradebook score --run {resolved}`"
+        )
+    elif not scorers:
+        result.problems.append(
+            f"run {resolved} is scored only by {', '.join(sorted(present))}, none of which is a "
+            f"registered verifier now ({', '.join(sorted(fingerprints)) or 'none'})"
+        )
+
+    baseline_id, problem = (None, None)
+    if rules.max_regression is not None and scorers:
+        baseline_id, problem = _find_baseline(con, run, rules)
+        if problem:
+            result.problems.append(problem)
+    result.baseline_run_id = baseline_id
+
+    results: list[RuleResult] = []
+    for scorer in scorers:
+        fp = fingerprints[scorer]
+        result.fingerprints[scorer] = fp
+        stats = _scorer_stats(con, resolved, scorer, fp)
+        if stats is None:
+            old = ", ".join(f[:12] for f in present[scorer])
+            result.problems.append(
+                f"run {resolved} has no {scorer} scores under the current fingerprint "
+                f"{fp[:12]} (only under {old}): re-score it with "
+                f"`gradebook rescore --run {resolved} --scorer {scorer}`"
+            )
+            continue
+        result.metrics[scorer] = {
+            "fingerprint": fp,
+            "n_samples": stats.n_samples,
+            "n_expected": stats.n_expected,
+            "n_scored": stats.n_scored,
+            "n_unscored": stats.n_unscored,
+            "n_error": stats.n_error,
+            "n_missing": stats.n_missing,
+            "accuracy": stats.accuracy,
+            "accuracy_strict": stats.accuracy_strict,
+            "coverage": stats.coverage,
+            "pass_at_k": {str(k): v for k, v in stats.pass_at_k.items()},
+        }
+        comparison = None
+        if baseline_id is not None:
+            base = _outcomes(con, baseline_id, scorer, fp)
+            if not any(status is not None for status, _ in base.values()):
+                result.problems.append(
+                    f"baseline run {baseline_id} has no {scorer} scores under the current "
+                    f"fingerprint {fp[:12]}: re-score it with "
+                    f"`gradebook rescore --run {baseline_id} --scorer {scorer}`"
+                )
+                continue
+            comparison = _compare(_outcomes(con, resolved, scorer, fp), base, rules)
+        results.extend(
+            evaluate_rules(rules, run["task"] or "", stats, comparison, baseline_run_id=baseline_id)
+        )
+    result.results = results
+    result.verdict = verdict_of(results, result.problems)
+    return result
+
+
+def record_gate(con: duckdb.DuckDBPyConnection, result: GateResult) -> None:
+    """Append one evaluation to the `gates` table (call inside a write transaction)."""
+    con.execute(
+        "INSERT INTO wh.gates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            result.gate_id,
+            result.created,
+            result.run_id,
+            result.task,
+            result.model,
+            result.verdict,
+            result.exit_code,
+            result.rules.model_dump_json(),
+            json.dumps([r.model_dump() for r in result.results]),
+            json.dumps(result.fingerprints),
+            result.baseline_run_id,
+            json.dumps(result.metrics),
+            json.dumps(result.problems),
+            result.sweep,
+        ],
+    )
+
+
+def gate_run(
+    warehouse: Warehouse,
+    run_id: str,
+    rules: GateRules,
+    fingerprints: Mapping[str, str],
+    *,
+    sweep: str | None = None,
+    record: bool = True,
+) -> GateResult:
+    """Evaluate one run's gate and append it to the `gates` table.
+
+    An unknown run id is not recorded (there is no run to attach it to); every other
+    evaluation, including one that cannot be decided, is.
+
+    Args:
+        warehouse: the warehouse to read from and record into.
+        run_id: the run (or a unique prefix of its id).
+        rules: the thresholds.
+        fingerprints: scorer name -> its current fingerprint.
+        sweep: the sweep this evaluation belongs to, if any.
+        record: False to evaluate without writing (a dry run).
+    """
+    with warehouse.read() as con:
+        result = evaluate_gate(con, run_id, rules, fingerprints, sweep=sweep)
+    if record and result.task is not None:
+        with warehouse.write() as con:
+            record_gate(con, result)
+    return result
