@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from flows.cli_warehouse import register as register_warehouse_commands
+
 app = typer.Typer(
     name="gradebook",
     help="Generate-then-score LLM evals: Inspect generation, verifiable scoring, DuckDB history.",
@@ -11,6 +13,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+register_warehouse_commands(app)
 
 
 def main() -> None:

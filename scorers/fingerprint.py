@@ -1,0 +1,239 @@
+"""A verifier's identity: what must change for its verdicts to be allowed to change.
+
+The digest covers, for the verifier's module and every project module it imports (transitively):
+the code as an AST with docstrings removed, so comments, formatting and documentation do not
+count but any change to behaviour does; plus the verifier's parameters (JSON, sorted keys), the
+name of its grade function, and the installed versions of the third-party distributions those
+modules import. Standard-library modules count as part of the interpreter and are not hashed.
+
+"Project" modules are those whose file lies under the repository root (the directory holding the
+`scorers` package) or under the directory of the verifier's own top-level package, and not inside
+an installed environment (site-packages). Per-file work is cached on (path, mtime, size), so a
+repeat call costs one `stat` per module and an edited file is re-read.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scorers.registry import Verifier
+
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+_ENV_MARKERS = ("site-packages", "dist-packages")
+
+
+@dataclass(frozen=True)
+class VerifierFingerprint:
+    """Attributes:
+    name: the verifier's registered name.
+    digest: hex sha256 identifying this exact behaviour.
+    label: the verifier's human label.
+    source: the normalised source of every hashed module plus params and versions (what the
+        digest was computed from), kept in the warehouse so a digest can be explained later.
+    params: the verifier's parameters.
+    """
+
+    name: str
+    digest: str
+    label: str
+    source: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _ModuleFacts:
+    normalised: str  # ast.unparse of the docstring-free tree, for the snapshot
+    digest: str
+    imports: tuple[str, ...]  # absolute module names this module imports
+
+
+_FILE_CACHE: dict[tuple[str, int, int], _ModuleFacts] = {}
+
+
+def fingerprint(verifier: Verifier) -> VerifierFingerprint:
+    """Compute a verifier's fingerprint (deterministic; cheap after the first call).
+
+    Raises:
+        ValueError: the verifier's module cannot be found or its parameters are not JSON.
+    """
+    module_files = _module_closure(verifier.module)
+    modules = {name: _facts(name, path) for name, path in module_files.items()}
+    project_tops = {name.split(".")[0] for name in module_files}
+    third_party = _third_party_versions(
+        imp
+        for facts in modules.values()
+        for imp in facts.imports
+        if imp.split(".")[0] not in project_tops
+    )
+    try:
+        params_json = json.dumps(dict(verifier.params), sort_keys=True, default=_reject)
+    except TypeError as exc:
+        raise ValueError(f"verifier {verifier.name!r}: parameters must be JSON ({exc})") from None
+    grade_name = f"{getattr(verifier.grade, '__module__', '')}:{verifier.grade.__qualname__}"
+    payload = {
+        "grade": grade_name,
+        "modules": {name: modules[name].digest for name in sorted(modules)},
+        "params": params_json,
+        "versions": third_party,
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    source = "\n".join(
+        [
+            f"# verifier {verifier.name} -> {grade_name}",
+            f"# params {params_json}",
+            f"# versions {json.dumps(third_party, sort_keys=True)}",
+            *(f"# ---- module {name}\n{modules[name].normalised}" for name in sorted(modules)),
+        ]
+    )
+    return VerifierFingerprint(
+        name=verifier.name,
+        digest=digest,
+        label=verifier.label,
+        source=source,
+        params=json.loads(params_json),
+    )
+
+
+def _reject(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+def _module_closure(root: str) -> dict[str, Path]:
+    """The root module and the project modules it imports, transitively: name -> file."""
+    root_path = _module_file(root)
+    if root_path is None:
+        raise ValueError(f"verifier module {root!r} not found: is it importable from sys.path?")
+    top = sys.modules.get(root.split(".")[0])
+    roots = {_REPO_ROOT}
+    top_file = _module_file(root.split(".")[0]) if top is None else getattr(top, "__file__", None)
+    if top_file:
+        top_path = Path(top_file).resolve()
+        roots.add(top_path.parent.parent if top_path.name == "__init__.py" else top_path.parent)
+    found: dict[str, Path] = {}
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        path = _module_file(name)
+        if path is None or not _is_project(path, roots):
+            continue
+        found[name] = path
+        todo.extend(_facts(name, path).imports)
+    return found
+
+
+def _module_file(name: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin).resolve()
+
+
+def _is_project(path: Path, roots: set[Path]) -> bool:
+    if any(marker in path.parts for marker in _ENV_MARKERS):
+        return False
+    return any(path.is_relative_to(r) for r in roots)
+
+
+def _facts(name: str, path: Path) -> _ModuleFacts:
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    cached = _FILE_CACHE.get(key)
+    if cached is not None:
+        return cached
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    _strip_docstrings(tree)
+    dump = ast.dump(tree, annotate_fields=True, include_attributes=False)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    facts = _ModuleFacts(
+        normalised=ast.unparse(tree),
+        digest=hashlib.sha256(dump.encode()).hexdigest(),
+        imports=tuple(sorted(_imports(tree, package))),
+    )
+    _FILE_CACHE[key] = facts
+    return facts
+
+
+def _strip_docstrings(tree: ast.AST) -> None:
+    # Docstrings document; they do not decide a verdict, so editing one keeps the identity.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+
+
+def _imports(tree: ast.AST, package: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                names.update(_with_parents(alias.name))
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve_relative(node.module, node.level, package)
+            if base is None:
+                continue
+            names.update(_with_parents(base))
+            # `from pkg import mod` imports a submodule when `mod` is one
+            names.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+    return names
+
+
+def _with_parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _resolve_relative(module: str | None, level: int, package: str) -> str | None:
+    if level == 0:
+        return module
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    if module:
+        base.append(module)
+    return ".".join(base) or None
+
+
+def _third_party_versions(imports: Iterable[str]) -> dict[str, str]:
+    tops = {name.split(".")[0] for name in imports}
+    tops -= set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+    dists = _packages_distributions()
+    versions: dict[str, str] = {}
+    for top in sorted(tops):
+        for dist in dists.get(top, []):
+            try:
+                versions[dist] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return versions
+
+
+_DISTS: dict[str, list[str]] | None = None
+
+
+def _packages_distributions() -> dict[str, list[str]]:
+    # scanning every installed distribution's metadata takes ~100 ms: once per process
+    global _DISTS
+    if _DISTS is None:
+        _DISTS = {k: sorted(set(v)) for k, v in importlib.metadata.packages_distributions().items()}
+    return _DISTS
