@@ -1,0 +1,220 @@
+"""Final-answer extraction from a completion: linear-time scans, no backtracking regexes.
+
+Strategies are tried in order and the first that finds something wins. Built-in names:
+    answer_line   the last line `ANSWER: <value>`
+    boxed         the last balanced \\boxed{...} / \\fbox{...}; boxes separated only by
+                  "and"/"or"/commas are joined into one list answer, so hedges stay visible
+    gsm8k         the last `#### <value>` line
+    final_answer  "Final Answer: The final answer is X. I hope it is correct."
+    last_math     the last $...$, $$...$$, \\(...\\) or \\[...\\] span (joined like boxes)
+    whole         the entire text, when it is short and parses as an answer by itself
+    last_number   the last number (or simple fraction) in the text
+Any other string is a regular expression with one group, matched line by line from the end.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+DEFAULT_PATTERNS: tuple[str, ...] = ("answer_line", "boxed", "gsm8k")
+# Tail scanned by the free-text strategies: a final answer sits at the end of a completion,
+# and a bounded window keeps lazy matching linear even on megabyte inputs.
+TAIL_CHARS = 20_000
+MAX_BOXES = 64
+
+_ANSWER_LINE = re.compile(r"^[ \t*#>_]*answer[ \t*_]*:[ \t*_]*(\S.*)$", re.IGNORECASE)
+_GSM8K = re.compile(r"^[ \t]*####[ \t]*(\S.*)$")
+_MATH_SPAN = re.compile(
+    r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\(([^\n]+?)\\\)|(?<!\\)\$((?:[^$\n\\]|\\.)+?)\$", re.DOTALL
+)
+_NUMBER = re.compile(r"(?<![A-Za-z_])-?(?:\d{1,3}(?: \d{3})+(?!\d)|\d[\d,]*(?:\.\d+)?|\.\d+)(?:[ \t]*/[ \t]*\d+(?:\.\d+)?)?")
+_PROSE_WORD = re.compile(
+    r"(?<![\\a-zA-Z])(?!(?:and|or|sin|cos|tan|sec|csc|cot|log|exp|sqrt|frac|pi)\b)[a-zA-Z]{3,}"
+)
+_BOX_GAP_WORDS = re.compile(r"\b(?:and|or)\b|[,;]", re.IGNORECASE)
+
+
+def extract_answer(text: str, patterns: Sequence[str] = DEFAULT_PATTERNS) -> str | None:
+    """The final answer in `text`, or None when no strategy finds one.
+
+    Args:
+        text: the model's completion (any size; scanning is linear).
+        patterns: strategy names (see module docstring) or regexes with one capture group.
+    """
+    for pattern in patterns:
+        found = _STRATEGIES[pattern](text) if pattern in _STRATEGIES else _regex(text, pattern)
+        if found is not None and found.strip():
+            return found.strip()
+    return None
+
+
+def _last_line(text: str, rx: re.Pattern[str]) -> str | None:
+    end = len(text)
+    while end > 0:
+        start = text.rfind("\n", 0, end) + 1
+        m = rx.match(text, start, end)
+        if m:
+            return m.group(1).strip()
+        end = start - 1
+    return None
+
+
+def _answer_line(text: str) -> str | None:
+    return _last_line(text, _ANSWER_LINE)
+
+
+def _gsm8k(text: str) -> str | None:
+    return _last_line(text, _GSM8K)
+
+
+def _regex(text: str, pattern: str) -> str | None:
+    return _last_line(text, re.compile(pattern))
+
+
+def _boxes(text: str) -> list[tuple[int, int, str]]:
+    """The last MAX_BOXES balanced boxes as (start, end, content), in text order."""
+    found: list[tuple[int, int, str]] = []
+    pos = len(text)
+    while len(found) < MAX_BOXES:
+        b = text.rfind("\\boxed", 0, pos)
+        f = text.rfind("\\fbox", 0, pos)
+        start = max(b, f)
+        if start < 0:
+            break
+        pos = start
+        j = start + (6 if start == b else 5)
+        while j < len(text) and text[j] == " ":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            end = _close_brace(text, j)
+            if end is None:
+                continue
+            found.append((start, end + 1, text[j + 1 : end]))
+        else:
+            m = re.compile(r"[^\s$]+").match(text, j)
+            if m:
+                found.append((start, m.end(), m.group()))
+    return found[::-1]
+
+
+def _close_brace(text: str, open_at: int) -> int | None:
+    depth = 0
+    k = open_at
+    n = len(text)
+    while k < n:
+        c = text[k]
+        if c == "\\":
+            k += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return k
+        k += 1
+    return None
+
+
+def _boxed(text: str) -> str | None:
+    boxes = _boxes(text)
+    if not boxes:
+        return None
+    # Nested boxes (\boxed{\boxed{x}}): keep only outermost ones.
+    outer: list[tuple[int, int, str]] = []
+    for box in boxes:
+        if outer and box[0] < outer[-1][1]:
+            continue
+        outer.append(box)
+    return _join(text, outer)
+
+
+def _join(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """The last span, plus the spans before it that are joined to it only by and/or/commas.
+
+    "\\boxed{1} and \\boxed{2}" is the answer "1, 2"; a hedge "\\boxed{4} or \\boxed{5}" thus
+    stays a two-element answer that cannot equal a single reference.
+    """
+    outer = spans
+    chosen = [outer[-1]]
+    for prev in reversed(outer[:-1]):
+        gap = text[prev[1] : chosen[0][0]]
+        if len(gap) > 200:
+            break
+        gap_clean = re.sub(r"\\(?:text|mbox|textnormal)\{([^{}]*)\}|\\quad|\\qquad|\$|\\[()\[\]]", r" \1 ", gap)
+        if len(gap_clean) > 60 or not (_BOX_GAP_WORDS.search(gap_clean) or not gap_clean.strip()):
+            break
+        chosen.insert(0, prev)
+    parts = list(dict.fromkeys(c[2].strip() for c in chosen))
+    return ", ".join(parts)
+
+
+def _final_answer(text: str) -> str | None:
+    tail = text[-TAIL_CHARS:]
+    at = tail.lower().rfind("final answer")
+    if at < 0:
+        return None
+    seg = tail[at + len("final answer") :].lstrip(" \t\n:*#")
+    seg = seg.split("\n", 1)[0].split("<|", 1)[0]
+    hope = seg.lower().find("i hope it is correct")
+    if hope >= 0:
+        seg = seg[:hope]
+    boxed = _boxed(seg)
+    if boxed is not None:
+        return boxed
+    seg = " " + seg
+    is_at = seg.rfind(" is ")
+    seg = seg[is_at + 4 :] if is_at >= 0 else seg
+    spans = _math_spans(seg)
+    return spans[-1] if spans else seg.strip().rstrip(".")
+
+
+def _math_spans(text: str) -> list[str]:
+    return [s[2] for s in _math_span_pos(text)]
+
+
+def _math_span_pos(text: str) -> list[tuple[int, int, str]]:
+    return [
+        (m.start(), m.end(), next(g for g in m.groups() if g is not None))
+        for m in _MATH_SPAN.finditer(text)
+    ]
+
+
+def _last_math(text: str) -> str | None:
+    tail = text[-TAIL_CHARS:]
+    spans = _math_span_pos(tail)
+    return _join(tail, spans) if spans else None
+
+
+def _whole(text: str) -> str | None:
+    from scorers._mathparse import ParseError, parse_answer
+
+    if len(text) > 300 or "\n" in text.strip():
+        return None
+    words = _PROSE_WORD.findall(text)
+    if words and any(c.isdigit() for c in text):
+        return None  # prose around a number ("the answer is not 10 but 12"): not an answer
+    try:
+        parse_answer(text)
+    except ParseError:
+        return None
+    return text
+
+
+def _last_number(text: str) -> str | None:
+    last = None
+    for m in _NUMBER.finditer(text[-TAIL_CHARS:]):
+        last = m.group()
+    return last.rstrip(",") if last else None
+
+
+_STRATEGIES = {
+    "answer_line": _answer_line,
+    "boxed": _boxed,
+    "gsm8k": _gsm8k,
+    "final_answer": _final_answer,
+    "last_math": _last_math,
+    "last_number": _last_number,
+    "whole": _whole,
+}

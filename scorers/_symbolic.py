@@ -1,0 +1,158 @@
+"""The symbolic path: parsed trees to sympy objects, compared in a killable worker process.
+
+Trees come from scorers._mathparse, never from raw text, so sympy's string parsers (which call
+eval) are never involved. Constructors get only numbers, names we choose and other sympy
+objects. Power and factorial sizes are checked before building, and the caller runs this module
+in a worker process it kills on timeout, because sympy's simplification has no time bound.
+"""
+
+from __future__ import annotations
+
+import random
+
+import sympy
+from sympy import Integer, Rational, Symbol
+
+from scorers._compare import MAX_EXPONENT, MAX_FACTORIAL, Comparator, ExactComparator, NeedSymbolic
+from scorers._mathparse import LimitExceeded
+
+_CONST = {"pi": sympy.pi, "oo": sympy.oo, "e": sympy.E, "i": sympy.I}
+_FUNCS = {
+    "sin": sympy.sin,
+    "cos": sympy.cos,
+    "tan": sympy.tan,
+    "sec": sympy.sec,
+    "csc": sympy.csc,
+    "cot": sympy.cot,
+    "arcsin": sympy.asin,
+    "arccos": sympy.acos,
+    "arctan": sympy.atan,
+    "sinh": sympy.sinh,
+    "cosh": sympy.cosh,
+    "tanh": sympy.tanh,
+    "ln": sympy.log,
+    "log": sympy.log,
+    "exp": sympy.exp,
+    "abs": sympy.Abs,
+    "floor": sympy.floor,
+    "ceiling": sympy.ceiling,
+}
+
+
+def to_sympy(node: tuple) -> sympy.Basic:
+    kind = node[0]
+    if kind == "num":
+        return Rational(node[1].numerator, node[1].denominator)
+    if kind == "sym":
+        name = node[1]
+        return _CONST.get(name) or Symbol(name)
+    if kind == "add":
+        return sympy.Add(*[to_sympy(t) for t in node[1]])
+    if kind == "mul":
+        return sympy.Mul(*[to_sympy(t) for t in node[1]])
+    if kind == "neg":
+        return -to_sympy(node[1])
+    if kind == "div":
+        return to_sympy(node[1]) / to_sympy(node[2])
+    if kind == "pow":
+        base, exp = to_sympy(node[1]), to_sympy(node[2])
+        if exp.is_Number and abs(exp) > MAX_EXPONENT and base.is_number and abs(base) != 1:
+            raise LimitExceeded(f"exponent above {MAX_EXPONENT}")
+        if exp.is_number and not exp.is_Number:
+            # A symbolic-constant exponent like 10^(10^10) stays unevaluated until checked.
+            approx = exp.evalf(15)
+            if approx.is_Number and abs(approx) > MAX_EXPONENT:
+                raise LimitExceeded(f"exponent above {MAX_EXPONENT}")
+        return sympy.Pow(base, exp)
+    if kind == "fact":
+        arg = to_sympy(node[1])
+        if arg.is_Number and arg > MAX_FACTORIAL:
+            raise LimitExceeded(f"factorial argument above {MAX_FACTORIAL}")
+        return sympy.factorial(arg)
+    if kind == "func":
+        name, args = node[1], [to_sympy(a) for a in node[2]]
+        if name == "sqrt" and len(args) == 1:
+            return sympy.sqrt(args[0])
+        if name == "root" and len(args) == 2:
+            return sympy.root(args[0], args[1])
+        if name == "binomial" and len(args) == 2:
+            return sympy.binomial(args[0], args[1])
+        if name in _FUNCS and len(args) == 1:
+            return _FUNCS[name](args[0])
+        if name == "log" and len(args) == 2:
+            return sympy.log(args[0], args[1])
+        raise NeedSymbolic
+    if kind == "matrix":
+        return sympy.ImmutableMatrix([[to_sympy(x) for x in row] for row in node[1]])
+    raise NeedSymbolic
+
+
+def _is_zero(d: sympy.Basic) -> bool:
+    if d == 0:
+        return True
+    free = sorted(d.free_symbols, key=str)
+    # Cheap refutation first: a random rational point where the difference is clearly nonzero.
+    rng = random.Random(0)
+    for _ in range(3):
+        point = {s: Rational(rng.randint(2, 97), rng.randint(2, 13)) for s in free}
+        try:
+            val = sympy.N(d.subs(point), 30)
+        except (TypeError, ValueError, ZeroDivisionError):
+            break
+        if val.is_Number and val.is_finite and abs(val) > sympy.Float("1e-20", 30):
+            return False
+        if not free:
+            break
+    for simplifier in (sympy.expand, sympy.radsimp, sympy.simplify):
+        if simplifier(d) == 0:
+            return True
+    return d.equals(0) is True
+
+
+class SympyComparator(Comparator):
+    """Decides leaves with sympy: exact first, then zero-testing of the difference."""
+
+    def __init__(self) -> None:
+        self.exact = ExactComparator()
+
+    def leaf_equal(self, a: tuple, b: tuple) -> bool:
+        try:
+            return self.exact.leaf_equal(a, b)
+        except NeedSymbolic:
+            pass
+        try:
+            sa, sb = to_sympy(a), to_sympy(b)
+        except NeedSymbolic:
+            return False
+        if isinstance(sa, sympy.MatrixBase) or isinstance(sb, sympy.MatrixBase):
+            if not (isinstance(sa, sympy.MatrixBase) and isinstance(sb, sympy.MatrixBase)):
+                return False
+            if sa.shape != sb.shape:
+                return False
+            return all(_is_zero(x - y) for x, y in zip(sa, sb, strict=True))
+        if sa == sb:
+            return True
+        if sa.has(sympy.oo, -sympy.oo, sympy.zoo) or sb.has(sympy.oo, -sympy.oo, sympy.zoo):
+            return False
+        return _is_zero(sa - sb)
+
+    def ratio_sign(self, a: tuple, b: tuple) -> int | None:
+        try:
+            sa, sb = to_sympy(a), to_sympy(b)
+        except NeedSymbolic:
+            return None
+        if sb == 0 or sa == 0:
+            return 1 if sa == sb else None
+        ratio = sympy.simplify(sa / sb)
+        if ratio.free_symbols or not ratio.is_number or ratio == 0:
+            return None
+        if ratio.is_positive:
+            return 1
+        if ratio.is_negative:
+            return -1
+        return None
+
+
+def compare_symbolic(candidate: tuple, reference: tuple) -> bool:
+    """Entry point run inside the worker process."""
+    return SympyComparator().equal(candidate, reference)

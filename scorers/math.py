@@ -1,0 +1,212 @@
+"""The math verifier: extract a final answer, decide whether it equals the reference.
+
+Extraction (`extract_answer`) and verification (`verify` / `is_correct`) are separate pure
+functions; `grade_math` joins them into the `Grade` that the Inspect scorer, the scoring stage
+and the RL reward (`scorers.rewards.math_reward`) all use.
+
+Verification parses both strings with a non-evaluating parser (scorers._mathparse). Answers
+made of rational numbers are compared exactly as fractions in-process, without sympy. Anything
+symbolic is compared with sympy in a killable worker process (scorers.bounded) under a hard
+deadline, so no input can hold a caller longer than `timeout_s`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+from inspect_ai.scorer import Score, Scorer, Target, accuracy, scorer, stderr
+from inspect_ai.solver import TaskState
+
+from scorers._compare import ExactComparator, NeedSymbolic
+from scorers._extract import DEFAULT_PATTERNS, extract_answer
+from scorers._mathparse import LimitExceeded, ParseError, parse_answer
+from scorers.bounded import WorkerFailed, WorkerTimeout, shared_pool
+from scorers.grade import Grade, SampleView, scored, unscored
+from scorers.registry import Verifier, register
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "DEFAULT_TIMEOUT_S",
+    "Verdict",
+    "extract_answer",
+    "grade_math",
+    "is_correct",
+    "math_verifier",
+    "verify",
+]
+
+DEFAULT_TIMEOUT_S = 2.0
+_SYMBOLIC_MODULES = ("scorers._symbolic",)
+
+Reason = Literal[
+    "verified_equal",
+    "mismatch",
+    "no_answer",
+    "unparseable_answer",
+    "limit_exceeded",
+    "invalid_target",
+    "timeout",
+    "verifier_error",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of one comparison.
+
+    Attributes:
+        equal: True only when the candidate denotes the same object as the reference.
+        reason: a machine code (see `Reason`).
+        detail: one human line saying why.
+        path: "exact" (in-process fractions), "symbolic" (worker) or "none".
+    """
+
+    equal: bool
+    reason: Reason
+    detail: str = ""
+    path: str = "none"
+
+
+def verify(
+    candidate: str | None, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Verdict:
+    """Decide whether `candidate` and `reference` denote the same mathematical object.
+
+    Pure and deterministic: no model calls, no I/O besides the bounded worker.
+
+    Args:
+        candidate: the extracted answer (None when extraction found nothing).
+        reference: the task's target answer (trusted, but checked: unparseable is a defect).
+        timeout_s: hard wall-clock limit for the symbolic comparison.
+    """
+    try:
+        ref = parse_answer(reference)
+    except ParseError as exc:
+        return Verdict(False, "invalid_target", f"reference {reference!r} not parseable: {exc}")
+    if candidate is None or not candidate.strip():
+        return Verdict(False, "no_answer", "no parseable answer")
+    try:
+        cand = parse_answer(candidate)
+    except LimitExceeded as exc:
+        return Verdict(False, "limit_exceeded", f"answer exceeds a limit: {exc}")
+    except ParseError as exc:
+        return Verdict(False, "unparseable_answer", f"answer not parseable: {exc}")
+    try:
+        equal = ExactComparator().equal(cand, ref)
+        return _verdict(equal, "exact")
+    except LimitExceeded as exc:
+        return Verdict(False, "limit_exceeded", f"answer exceeds a limit: {exc}", "exact")
+    except NeedSymbolic:
+        pass
+    except RecursionError:
+        return Verdict(False, "limit_exceeded", "answer too deeply nested", "exact")
+    from scorers._symbolic import compare_symbolic
+
+    pool = shared_pool(_SYMBOLIC_MODULES)
+    try:
+        equal = pool.call(compare_symbolic, cand, ref, timeout_s=timeout_s)
+    except WorkerTimeout:
+        return Verdict(False, "timeout", f"verification timed out after {timeout_s:g} s", "symbolic")
+    except WorkerFailed as exc:
+        if "LimitExceeded" in str(exc) or "MemoryError" in str(exc):
+            return Verdict(False, "limit_exceeded", str(exc), "symbolic")
+        return Verdict(False, "verifier_error", str(exc), "symbolic")
+    return _verdict(equal, "symbolic")
+
+
+def _verdict(equal: bool, path: str) -> Verdict:
+    return Verdict(True, "verified_equal", "verified equal", path) if equal else Verdict(
+        False, "mismatch", "not equal", path
+    )
+
+
+def is_correct(
+    candidate: str | None, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> bool:
+    """True exactly when `verify` says the two answers are equal."""
+    return verify(candidate, reference, timeout_s=timeout_s).equal
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def grade_math(sample: SampleView) -> Grade:
+    """THE math grading function (picklable): extraction + verification -> Grade.
+
+    Sample metadata may override `answer_patterns` (list of extraction strategies) and
+    `timeout_s`. Several targets: correct if any matches.
+    """
+    patterns = sample.metadata.get("answer_patterns") or DEFAULT_PATTERNS
+    timeout_s = float(sample.metadata.get("timeout_s") or DEFAULT_TIMEOUT_S)
+    answer = extract_answer(sample.completion, patterns)
+    targets = sample.targets
+    if not targets or not any(t.strip() for t in targets):
+        return unscored("invalid_target", "the sample has no target answer", answer=answer)
+    verdicts = [verify(answer, t, timeout_s=timeout_s) for t in targets]
+    for v in verdicts:
+        if v.equal:
+            return scored(1.0, answer=answer, explanation="verified equal", reason=v.reason,
+                          path=v.path)  # fmt: skip
+    if any(v.reason == "invalid_target" for v in verdicts):
+        bad = next(v for v in verdicts if v.reason == "invalid_target")
+        return unscored("invalid_target", bad.detail, answer=answer)
+    first = verdicts[0]
+    if first.reason == "no_answer":
+        return scored(0.0, answer=None, explanation="no parseable answer", reason="no_answer")
+    if first.reason == "unparseable_answer":
+        return scored(0.0, answer=answer, explanation=f"no parseable answer: {first.detail}",
+                      reason="unparseable_answer")  # fmt: skip
+    if any(v.reason == "timeout" for v in verdicts):
+        return unscored("timeout", "verification timed out", answer=answer)
+    if first.reason == "verifier_error":
+        return unscored("verifier_error", first.detail, answer=answer)
+    return scored(
+        0.0,
+        answer=answer,
+        explanation=f"mismatch: got {_short(answer or '')}, want {_short(targets[0])}",
+        reason=first.reason,
+        path=first.path,
+    )
+
+
+@scorer(metrics=[accuracy(), stderr()])
+def math_verifier(
+    *, answer_patterns: Sequence[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Scorer:
+    """Inspect scorer: extract the final answer and verify it against the target.
+
+    Args:
+        answer_patterns: extraction strategies or regexes (see scorers._extract); default
+            ANSWER line, then \\boxed{}, then `####`.
+        timeout_s: hard limit per verification; a timeout is unscored with reason "timeout".
+    """
+    patterns = list(answer_patterns or DEFAULT_PATTERNS)
+
+    async def score(state: TaskState, target: Target) -> Score:
+        view = SampleView(
+            completion=state.output.completion,
+            target=list(target.target),
+            metadata={**(state.metadata or {}), "answer_patterns": patterns,
+                      "timeout_s": timeout_s},  # fmt: skip
+            sample_id=state.sample_id,
+        )
+        # Off the event loop: a symbolic check may wait up to timeout_s on its worker.
+        grade = await anyio.to_thread.run_sync(grade_math, view)
+        return grade.to_score()
+
+    return score
+
+
+register(
+    Verifier(
+        name="math",
+        grade=grade_math,
+        module="scorers.math",
+        params={"timeout_s": DEFAULT_TIMEOUT_S, "answer_patterns": list(DEFAULT_PATTERNS)},
+        label="exact rational + sympy equivalence of the final answer (ANSWER:/boxed/####)",
+    )
+)
