@@ -23,8 +23,8 @@ DEFAULT_PATTERNS: tuple[str, ...] = ("answer_line", "boxed", "gsm8k")
 TAIL_CHARS = 20_000
 MAX_BOXES = 64
 
-_ANSWER_LINE = re.compile(r"^[ \t*#>_]*answer[ \t*_]*:[ \t*_]*(\S.*)$", re.IGNORECASE)
-_GSM8K = re.compile(r"^[ \t]*####[ \t]*(\S.*)$")
+_ANSWER_LINE = re.compile(r"^[ \t*#>_]*answer[ \t*_]*:[ \t*_]*(\S.*)$", re.IGNORECASE | re.MULTILINE)
+_GSM8K = re.compile(r"^[ \t]*####[ \t]*(\S.*)$", re.MULTILINE)
 _MATH_SPAN = re.compile(
     r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\(([^\n]+?)\\\)|(?<!\\)\$((?:[^$\n\\]|\\.)+?)\$", re.DOTALL
 )
@@ -69,7 +69,7 @@ def _gsm8k(text: str) -> str | None:
 
 
 def _regex(text: str, pattern: str) -> str | None:
-    return _last_line(text, re.compile(pattern))
+    return _last_line(text, re.compile(pattern, re.MULTILINE))
 
 
 def _boxes(text: str) -> list[tuple[int, int, str]]:
