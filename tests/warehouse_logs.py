@@ -1,0 +1,70 @@
+"""Real Inspect logs for the warehouse tests, written by `eval()` with the offline mockllm model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inspect_ai import Task, eval
+from inspect_ai.dataset import Sample
+from inspect_ai.log import EvalLog, read_eval_log, write_eval_log
+from inspect_ai.model import ModelOutput, ModelUsage, get_model
+from inspect_ai.solver import generate
+
+
+def _answer(input, tools, tool_choice, config) -> ModelOutput:  # noqa: A002 - Inspect's signature
+    text = input[-1].text
+    if "boom" in text:
+        raise RuntimeError(f"mock provider failure on {text!r}")
+    output = ModelOutput.from_content("mockllm/model", f"The answer is {len(text)}")
+    output.usage = ModelUsage(input_tokens=len(text), output_tokens=5, total_tokens=len(text) + 5)
+    return output
+
+
+def make_log(
+    log_dir: Path,
+    *,
+    n: int = 6,
+    epochs: int = 2,
+    boom_every: int = 3,
+    task_name: str = "arith",
+) -> EvalLog:
+    """Run a real generate-only eval: `n` samples x `epochs`, every `boom_every`-th sample errors.
+
+    Returns:
+        The log as read back from disk (with samples).
+    """
+    dataset = [
+        Sample(
+            id=f"q{i}",
+            input=f"question {i}" + (" boom" if boom_every and i % boom_every == 0 else ""),
+            target=str(len(f"question {i}")),
+            metadata={"level": i % 3, "topic": "arith"},
+        )
+        for i in range(n)
+    ]
+    task = Task(dataset=dataset, solver=[generate()], name=task_name)
+    [log] = eval(
+        task,
+        model=get_model("mockllm/model", custom_outputs=_answer),
+        epochs=epochs,
+        log_dir=str(log_dir),
+        display="none",
+        score=False,
+        fail_on_error=False,
+        log_format="eval",
+    )
+    return read_eval_log(log.location)
+
+
+def variant(
+    log: EvalLog, path: Path, *, eval_id: str, keep: int | None = None, status: str | None = None
+) -> Path:
+    """Write a copy of `log` under a new eval_id, optionally truncated / with another status."""
+    copy = log.model_copy(deep=True)
+    copy.eval.eval_id = eval_id
+    if keep is not None:
+        copy.samples = (copy.samples or [])[:keep]
+    if status is not None:
+        copy.status = status  # type: ignore[assignment]
+    write_eval_log(copy, str(path))
+    return path
