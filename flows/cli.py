@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from flows.cli_gate import register as register_gate_commands
 from flows.cli_warehouse import register as register_warehouse_commands
 
 app = typer.Typer(
@@ -15,6 +16,7 @@ app = typer.Typer(
 )
 
 register_warehouse_commands(app)
+register_gate_commands(app)
 
 
 def main() -> None:

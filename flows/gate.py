@@ -1,0 +1,198 @@
+"""The gate stage: decide releases from the warehouse, record them, publish a markdown artifact.
+
+`evaluate_gates` is the plain function (the CLI calls it: no Prefect server needed to gate);
+`run_gates` is the same as a Prefect task, the last step of a sweep, which also publishes the
+verdicts as a markdown artifact; `gate_flow` wraps it for deployments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from warehouse import Warehouse
+from warehouse.gate_rules import EXIT_CANNOT_EVALUATE, EXIT_FAIL, EXIT_PASS, GateResult, GateRules
+from warehouse.gates import gate_run, newest_runs
+
+__all__ = [
+    "current_fingerprints",
+    "evaluate_gates",
+    "gate_flow",
+    "gate_markdown",
+    "overall_exit_code",
+    "run_gates",
+]
+
+
+def current_fingerprints(scorers: Sequence[str] | None = None) -> dict[str, str]:
+    """Scorer name -> fingerprint digest of the verifier code as it is now.
+
+    Args:
+        scorers: limit to these names; default every registered verifier.
+    """
+    from scorers.fingerprint import fingerprint
+    from scorers.registry import all_verifiers, get_verifier
+
+    names = list(scorers) if scorers is not None else sorted(all_verifiers())
+    return {name: fingerprint(get_verifier(name)).digest for name in names}
+
+
+def _warehouse(db: str | Path | Warehouse) -> Warehouse:
+    return db if isinstance(db, Warehouse) else Warehouse(db)
+
+
+def evaluate_gates(
+    db: str | Path | Warehouse,
+    run_ids: Sequence[str] | None = None,
+    *,
+    rules: GateRules | None = None,
+    sweep: str | None = None,
+    fingerprints: Mapping[str, str] | None = None,
+    record: bool = True,
+) -> list[GateResult]:
+    """Gate the given runs, or the newest run of each task x model (of `sweep`, if given).
+
+    Args:
+        db: the warehouse (a path or a `Warehouse`).
+        run_ids: runs to gate; None selects the newest run per task x model.
+        rules: thresholds; default `GateRules()`.
+        sweep: restrict the newest-run selection to this sweep, and record it with each row.
+        fingerprints: scorer -> current fingerprint; default computed from the registry.
+        record: False for a dry run that writes nothing.
+
+    Returns:
+        One result per run; an empty run selection gives one cannot-evaluate result.
+    """
+    wh = _warehouse(db)
+    rules = rules or GateRules()
+    fps = dict(fingerprints) if fingerprints is not None else current_fingerprints()
+    if run_ids is None:
+        with wh.read() as con:
+            run_ids = newest_runs(con, sweep=sweep)
+        if not run_ids:
+            from datetime import UTC, datetime
+
+            what = f"sweep {sweep!r}" if sweep else "the warehouse"
+            return [
+                GateResult(
+                    gate_id="none",
+                    created=datetime.now(UTC),
+                    run_id="",
+                    verdict="cannot_evaluate",
+                    rules=rules,
+                    sweep=sweep,
+                    problems=[f"{what} has no runs: run the sweep or ingest its logs first"],
+                )
+            ]
+    return [gate_run(wh, rid, rules, fps, sweep=sweep, record=record) for rid in run_ids]
+
+
+def overall_exit_code(results: Sequence[GateResult]) -> int:
+    """0 if every run passed; 1 if any failed; otherwise 2 (something could not be evaluated)."""
+    codes = {r.exit_code for r in results}
+    if not codes:
+        return EXIT_CANNOT_EVALUATE
+    if EXIT_FAIL in codes:
+        return EXIT_FAIL
+    if EXIT_CANNOT_EVALUATE in codes:
+        return EXIT_CANNOT_EVALUATE
+    return EXIT_PASS
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4g}"
+
+
+def _cell(text: str) -> str:
+    # Task names and details can hold any text: keep the markdown table intact.
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+_BADGE = {"pass": "✅ PASS", "fail": "❌ FAIL", "cannot_evaluate": "⚠️ CANNOT EVALUATE"}
+
+
+def gate_markdown(results: Sequence[GateResult]) -> str:
+    """The verdicts as markdown: one section per run, one table row per rule."""
+    code = overall_exit_code(results)
+    overall = {0: "pass", 1: "fail", 2: "cannot_evaluate"}[code]
+    lines = [f"# Release gate: {_BADGE[overall]} (exit {code})", ""]
+    for r in results:
+        title = f"{r.task} · {r.model}" if r.task else (r.run_id or "no run")
+        lines += [f"## {_cell(title)}: {_BADGE[r.verdict]}", ""]
+        if r.run_id:
+            lines.append(
+                f"run `{r.run_id}`"
+                + (f", baseline `{r.baseline_run_id}`" if r.baseline_run_id else "")
+            )
+        for scorer, m in r.metrics.items():
+            lines.append(
+                f"- **{_cell(scorer)}** @ `{m['fingerprint'][:12]}`: accuracy_strict "
+                f"{_num(m['accuracy_strict'])}, accuracy over scored {_num(m['accuracy'])}; "
+                f"{m['n_scored']} scored / {m['n_unscored'] + m['n_missing']} unscored / "
+                f"{m['n_error']} errored of {m['n_samples']}"
+            )
+        for p in r.problems:
+            lines.append(f"- ⚠️ {_cell(p)}")
+        if r.results:
+            lines += ["", "| rule | value | threshold | result | detail |", "|---|---|---|---|---|"]
+            for rr in r.results:
+                result = {True: "pass", False: "**FAIL**", None: "n/a"}[rr.passed]
+                lines.append(
+                    f"| {_cell(rr.label)} | {_num(rr.value)} | {rr.op} {_num(rr.threshold)} "
+                    f"| {result} | {_cell(rr.detail)} |"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _artifact_key(name: str) -> str:
+    # Prefect artifact keys allow lowercase letters, digits and dashes only.
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:100] or "gate"
+
+
+@task(name="gate", cache_policy=NO_CACHE)
+def run_gates(
+    db: str | Path,
+    run_ids: Sequence[str] | None = None,
+    *,
+    rules: GateRules | None = None,
+    sweep: str | None = None,
+    fingerprints: Mapping[str, str] | None = None,
+) -> list[GateResult]:
+    """The gate step of a sweep: evaluate, record, and publish a markdown artifact.
+
+    Args as `evaluate_gates`. The artifact key is `gate-<sweep>` (or `gate-<run id>`), so the
+    Prefect UI shows the history of one sweep's verdicts under one key.
+    """
+    from prefect.artifacts import create_markdown_artifact
+
+    results = evaluate_gates(db, run_ids, rules=rules, sweep=sweep, fingerprints=fingerprints)
+    name = sweep or (results[0].run_id if len(results) == 1 else "runs")
+    code = overall_exit_code(results)
+    create_markdown_artifact(
+        key=_artifact_key(f"gate-{name}"),
+        markdown=gate_markdown(results),
+        description=f"release gate: exit {code}",
+    )
+    return results
+
+
+@flow(name="gate", log_prints=False)
+def gate_flow(
+    db: str,
+    run_ids: list[str] | None = None,
+    rules: GateRules | None = None,
+    sweep: str | None = None,
+    fingerprints: dict[str, str] | None = None,
+) -> int:
+    """Gate runs as a flow of its own (a deployment, or `gradebook gate` against a server).
+
+    Returns:
+        The overall exit code (0 pass, 1 fail, 2 cannot evaluate).
+    """
+    results = run_gates(db, run_ids, rules=rules, sweep=sweep, fingerprints=fingerprints)
+    return overall_exit_code(results)
