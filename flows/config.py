@@ -20,9 +20,10 @@ from pydantic import (
     model_validator,
 )
 
+from warehouse.gate_rules import GateRules
+
 __all__ = [
     "ConfigError",
-    "GateConfig",
     "ModelConfig",
     "SweepConfig",
     "TaskConfig",
@@ -123,25 +124,6 @@ class TaskConfig(_Strict):
         return self.task.rsplit("@", 1)[-1] if "@" in self.task else self.task
 
 
-class GateConfig(_Strict):
-    """Release thresholds (applied by the gate step); fractions are in [0, 1].
-
-    Attributes:
-        min_accuracy: accuracy over scored samples must be at least this.
-        max_error_rate: errored samples / all samples must be at most this.
-        max_unscored_rate: unscored samples / all samples must be at most this.
-        max_regression: allowed drop in accuracy against the previous run of the same
-            (task, model-family) under the same verifier fingerprint.
-        significance: p-value below which a paired regression counts as real.
-    """
-
-    min_accuracy: Annotated[float, Field(ge=0, le=1)] | None = None
-    max_error_rate: Annotated[float, Field(ge=0, le=1)] | None = None
-    max_unscored_rate: Annotated[float, Field(ge=0, le=1)] | None = None
-    max_regression: Annotated[float, Field(ge=0, le=1)] | None = None
-    significance: Annotated[float, Field(gt=0, lt=1)] = 0.05
-
-
 class SweepConfig(_Strict):
     """A whole sweep: every (model, task) pair is generated, scored and gated.
 
@@ -160,7 +142,7 @@ class SweepConfig(_Strict):
     verifier_modules: list[str] = Field(default_factory=list)
     models: list[ModelConfig] = Field(min_length=1)
     tasks: list[TaskConfig] = Field(min_length=1)
-    gates: GateConfig = Field(default_factory=GateConfig)
+    gates: GateRules = Field(default_factory=GateRules)
     source: Path | None = Field(default=None, exclude=True)
 
     @field_validator("name")
@@ -215,9 +197,10 @@ def _loc(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:
                 label = entry.get("name") or entry.get("model") or entry.get("task") or ""
             parts[-1] = f"{parts[-1]}[{item}]" + (f" ({label})" if label else "")
             node = node[item] if isinstance(node, list) and item < len(node) else None
-        else:
+        elif isinstance(node, dict) or not parts:
             parts.append(str(item))
             node = node.get(item) if isinstance(node, dict) else None
+        # else: a union branch name pydantic appends past the user's value; not a key
     return ".".join(parts) or "(top level)"
 
 
@@ -244,8 +227,11 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
     try:
         cfg = SweepConfig.model_validate(raw)
     except ValidationError as exc:
-        lines = [f"{source}: {_loc(e['loc'], raw)}: {_message(e)}" for e in exc.errors()]
-        raise ConfigError("\n".join(lines)) from None
+        # one line per key: for a union the first branch's complaint is the useful one
+        lines: dict[str, str] = {}
+        for e in exc.errors():
+            lines.setdefault(_loc(e["loc"], raw), _message(e))
+        raise ConfigError("\n".join(f"{source}: {k}: {v}" for k, v in lines.items())) from None
     base = source.parent if source.suffix else Path.cwd()
     from scorers.registry import all_verifiers
 

@@ -1,0 +1,156 @@
+"""The generation stage: Inspect `eval(..., score=False)` per (model, task); it never scores.
+
+Tasks are grouped by model and share one Inspect `Model` object, so a model server that the
+provider starts itself (`vllm/<name>` with no base URL runs `vllm serve`) loads its weights once
+per sweep, not once per task. Transient model errors are retried by Inspect (`max_retries` for
+API calls, `retry_on_error` for whole samples); samples that still fail are kept in the log as
+errored samples and counted here, never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+
+from flows.config import ModelConfig, SweepConfig, TaskConfig, load_config
+from flows.console import verbose
+from flows.progress import generation_progress, quiet_hook_banner
+
+__all__ = ["GenerationResult", "generate_flow", "generate_for_model"]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """What one (model, task) generation produced.
+
+    Attributes:
+        model: the model's label from the config.
+        task: the task's label from the config.
+        log: path of the .eval log written (None if Inspect wrote none).
+        run_id: Inspect's eval_id of the log (the warehouse's run_id).
+        status: the log's status ("success", "error", "cancelled", ...).
+        samples: samples in the log.
+        errored: samples whose generation failed after retries (kept in the log).
+        error: the task-level error, if the whole task failed.
+    """
+
+    model: str
+    task: str
+    log: str | None
+    run_id: str | None
+    status: str
+    samples: int
+    errored: int
+    error: str | None = None
+
+
+def _model(cfg: ModelConfig) -> Any:
+    from inspect_ai.model import GenerateConfig, get_model
+
+    return get_model(
+        cfg.model,
+        base_url=cfg.base_url,
+        config=GenerateConfig(**cfg.config),
+        memoize=False,
+        **cfg.args,
+    )
+
+
+def run_generation(
+    model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path, *, display: str = "none"
+) -> list[GenerationResult]:
+    """Generate every task with one model, in this process (no Prefect).
+
+    Args:
+        model_cfg: the model; one `Model` object serves every task.
+        tasks: the tasks to run with it.
+        log_dir: where the .eval logs go.
+        display: Inspect's display ("none" under gradebook's own progress bar).
+    """
+    from inspect_ai import eval as inspect_eval
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if not verbose():
+        quiet_hook_banner()
+    model = _model(model_cfg)
+    results: list[GenerationResult] = []
+    with generation_progress(f"generate {model_cfg.label}") as progress:
+        for task_cfg in tasks:
+            progress.start(task_cfg.label, task_cfg.limit, task_cfg.epochs)
+            try:
+                logs = inspect_eval(
+                    task_cfg.task,
+                    model=model,
+                    task_args=task_cfg.args,
+                    limit=task_cfg.limit,
+                    epochs=task_cfg.epochs,
+                    log_dir=str(log_dir),
+                    score=False,
+                    # keep going past failed samples: they are recorded as errored, not lost
+                    fail_on_error=False,
+                    retry_on_error=model_cfg.retry_on_error or None,
+                    display=display,  # type: ignore[arg-type]
+                    tags=["gradebook", model_cfg.label],
+                    metadata={"gradebook_model": model_cfg.label, "verifiers": task_cfg.verifiers},
+                )
+            except Exception as exc:  # a broken task must not stop the other tasks
+                results.append(
+                    GenerationResult(
+                        model_cfg.label, task_cfg.label, None, None, "error", 0, 0, _short(exc)
+                    )
+                )
+                continue
+            for log in logs:
+                results.append(_result(model_cfg.label, task_cfg.label, log))
+    return results
+
+
+def _result(model: str, task_label: str, log: Any) -> GenerationResult:
+    samples = log.samples or []
+    errored = sum(1 for s in samples if s.error is not None)
+    error = log.error.message if log.error is not None else None
+    return GenerationResult(
+        model=model,
+        task=task_label,
+        log=log.location or None,
+        run_id=log.eval.eval_id,
+        status=log.status,
+        samples=len(samples),
+        errored=errored,
+        error=error,
+    )
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+@task(name="generate-model", task_run_name="generate {model_cfg.label}")
+def generate_for_model(
+    model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path
+) -> list[GenerationResult]:
+    """Prefect task: every task of the sweep with one model (one model server start)."""
+    return run_generation(model_cfg, tasks, log_dir)
+
+
+@flow(name="generate", log_prints=False)
+def generate_flow(config_path: str) -> list[GenerationResult]:
+    """Generate (never score) every (model, task) of a sweep config into its log dir.
+
+    Args:
+        config_path: the sweep TOML file.
+    """
+    cfg = load_config(config_path)
+    return generate_models(cfg)
+
+
+def generate_models(cfg: SweepConfig) -> list[GenerationResult]:
+    """Run the generate-model task for each model in turn (called inside a flow)."""
+    results: list[GenerationResult] = []
+    for model_cfg in cfg.models:
+        results += generate_for_model(model_cfg, cfg.tasks, cfg.log_dir)
+    return results

@@ -1,0 +1,213 @@
+"""The sweep flow: generate -> ingest -> score -> gate for every (model, task) of a config.
+
+It reads like the pipeline diagram in DESIGN.md; each step is a Prefect task (or a few) so the
+run shows up step by step in the Prefect UI, and the result carries what the summary table and
+the exit code need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NONE as NO_CACHE
+
+from flows.config import SweepConfig, load_config
+from flows.generate import GenerationResult, generate_models
+from flows.score import RunScore, ScoreOptions, ingest_task, score_runs
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_GATE_FAILED",
+    "EXIT_OK",
+    "SummaryRow",
+    "SweepResult",
+    "current_fingerprints",
+    "run_gates",
+    "sweep_flow",
+]
+
+EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One line of the end-of-sweep table: a (model, task, scorer) under the current fingerprint."""
+
+    model: str
+    task: str
+    run_id: str | None
+    scorer: str | None
+    samples: int
+    errored: int
+    scored: int
+    unscored: int
+    correct: int
+    accuracy: float | None
+    accuracy_strict: float | None
+    unscored_reasons: dict[str, int]
+    gate: str | None
+    note: str | None = None
+
+
+@dataclass
+class SweepResult:
+    name: str
+    generations: list[GenerationResult]
+    scores: list[RunScore]
+    gates: dict[str, Any] = field(default_factory=dict)  # run_id -> GateResult
+    rows: list[SummaryRow] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        verdicts = {getattr(g, "verdict", None) for g in self.gates.values()}
+        if "fail" in verdicts:
+            return EXIT_GATE_FAILED
+        if "cannot_evaluate" in verdicts or any(g.log is None for g in self.generations):
+            return EXIT_BAD_INPUT
+        return EXIT_OK
+
+
+def current_fingerprints(names: list[str]) -> dict[str, str]:
+    """scorer name -> digest of the installed verifier's current fingerprint."""
+    from scorers.fingerprint import fingerprint
+    from scorers.registry import get_verifier
+
+    return {name: fingerprint(get_verifier(name)).digest for name in names}
+
+
+def run_gates(
+    cfg: SweepConfig, run_ids: list[str], fingerprints: Mapping[str, str]
+) -> dict[str, Any]:
+    """The gate step: evaluate and record each run's gate under the current fingerprints.
+
+    This is the hook the gates area owns: it delegates to `warehouse.gates.gate_run` with the
+    config's `[gates]` rules and returns run_id -> GateResult.
+    """
+    from warehouse import Warehouse
+    from warehouse.gates import gate_run
+
+    wh = Warehouse(cfg.warehouse)
+    return {
+        run_id: gate_run(wh, run_id, cfg.gates, dict(fingerprints), sweep=cfg.name)
+        for run_id in run_ids
+    }
+
+
+@task(name="gate", cache_policy=NO_CACHE)
+def gate_task(cfg: SweepConfig, run_ids: list[str], fingerprints: dict[str, str]) -> dict[str, Any]:
+    return run_gates(cfg, run_ids, fingerprints)
+
+
+def summarise(
+    cfg: SweepConfig,
+    generations: list[GenerationResult],
+    fingerprints: Mapping[str, str],
+    gates: Mapping[str, Any],
+) -> list[SummaryRow]:
+    """Read the sweep's numbers back from the warehouse (run_metrics under current prints)."""
+    from warehouse import Warehouse
+
+    metrics: dict[tuple[str, str], dict[str, Any]] = {}
+    reasons: dict[tuple[str, str], dict[str, int]] = {}
+    run_ids = [g.run_id for g in generations if g.run_id]
+    if run_ids and cfg.warehouse.exists():
+        with Warehouse(cfg.warehouse).read() as con:
+            for scorer, digest in fingerprints.items():
+                for row in _dicts(
+                    con.execute(
+                        "SELECT * FROM run_metrics WHERE scorer = ? AND fingerprint = ? "
+                        "AND run_id IN (SELECT unnest(?::VARCHAR[]))",
+                        [scorer, digest, run_ids],
+                    )
+                ):
+                    metrics[(row["run_id"], scorer)] = row
+                for run_id, reason, n in con.execute(
+                    "SELECT run_id, reason, count(*) FROM scores WHERE scorer = ? "
+                    "AND fingerprint = ? AND status = 'unscored' "
+                    "AND run_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY ALL ORDER BY ALL",
+                    [scorer, digest, run_ids],
+                ).fetchall():
+                    reasons.setdefault((run_id, scorer), {})[reason] = n
+    verifiers_of = {t.label: t.verifiers for t in cfg.tasks}
+    rows: list[SummaryRow] = []
+    for gen in generations:
+        gate = gates.get(gen.run_id) if gen.run_id else None
+        verdict = getattr(gate, "verdict", None)
+        if gen.run_id is None:
+            rows.append(
+                SummaryRow(
+                    gen.model,
+                    gen.task,
+                    None,
+                    None,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    None,
+                    None,
+                    {},
+                    None,
+                    note=gen.error,
+                )  # fmt: skip
+            )
+            continue
+        for scorer in verifiers_of.get(gen.task, []):
+            m = metrics.get((gen.run_id, scorer), {})
+            rows.append(
+                SummaryRow(
+                    model=gen.model,
+                    task=gen.task,
+                    run_id=gen.run_id,
+                    scorer=scorer,
+                    samples=gen.samples,
+                    errored=gen.errored,
+                    scored=int(m.get("n_scored") or 0),
+                    unscored=int(m.get("n_unscored") or 0),
+                    correct=round((m.get("accuracy") or 0.0) * int(m.get("n_scored") or 0)),
+                    accuracy=m.get("accuracy"),
+                    accuracy_strict=m.get("accuracy_strict"),
+                    unscored_reasons=reasons.get((gen.run_id, scorer), {}),
+                    gate=verdict,
+                    note=gen.error,
+                )
+            )
+    return rows
+
+
+def _dicts(cursor: Any) -> list[dict[str, Any]]:
+    cols = [d[0] for d in cursor.description]
+    return [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
+
+
+@flow(name="sweep", log_prints=False)
+def sweep_flow(
+    config: SweepConfig | str,
+    workers: int | None = None,
+    progress: bool = True,
+    gate: bool = True,
+) -> SweepResult:
+    """Generate, ingest, score and gate every (model, task) of a sweep.
+
+    Args:
+        config: a SweepConfig or the path of a sweep TOML file.
+        workers: scoring worker processes (default: CPU count).
+        progress: show progress bars.
+        gate: run the gate step.
+    """
+    cfg = config if isinstance(config, SweepConfig) else load_config(config)
+    generations = generate_models(cfg)
+    logs = [g.log for g in generations if g.log]
+    plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+    scores = score_runs(cfg.warehouse, plan, ScoreOptions(workers=workers, progress=progress))
+    names = sorted({n for t in cfg.tasks for n in t.verifiers})
+    fingerprints = current_fingerprints(names)
+    run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]
+    gates = gate_task(cfg, run_ids, fingerprints) if gate and run_ids else {}
+    result = SweepResult(cfg.name, generations, scores, gates)
+    result.rows = summarise(cfg, generations, fingerprints, gates)
+    return result
