@@ -35,7 +35,8 @@ def _describe(pid: int | None) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
-    cmd = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    # one line whatever the command line holds (a `python -c` script has newlines)
+    cmd = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
     return f" ({cmd[:80]})" if cmd else ""
 
 

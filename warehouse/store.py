@@ -370,8 +370,9 @@ def stage_scores(rows: pa.Table, directory: Path) -> Path:
 def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
     con.register("_incoming_scores", table)
     try:
-        # DuckDB would silently collapse duplicate keys inside one batch in an upsert, so the
-        # batch is deduplicated explicitly (first row wins), then anti-joined against the table.
+        # Duplicate keys inside one batch are collapsed explicitly to one row each (which one is
+        # unspecified: the same verifier fingerprint on the same sample gives the same verdict),
+        # then the batch is anti-joined against what is stored.
         inserted = one(
             con.execute(
                 """

@@ -1,0 +1,377 @@
+"""Scores, views, migrations, the lock and the CLI, against real DuckDB files and processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+from warehouse_logs import make_log
+
+from flows.cli import app
+from warehouse import (
+    SCHEMA_VERSION,
+    SCORE_SCHEMA,
+    SchemaTooNew,
+    Warehouse,
+    WarehouseLocked,
+    stage_scores,
+)
+from warehouse.migrations import migrate
+
+REPO = Path(__file__).resolve().parents[1]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def score_rows(keys, *, scorer="math", fp="fp1", status="scored", value=1.0, answer="42", at=T0):
+    """A SCORE_SCHEMA table: one row per (run_id, sample_id, epoch) key."""
+    n = len(keys)
+    return pa.table(
+        {
+            "run_id": [k[0] for k in keys],
+            "sample_id": [k[1] for k in keys],
+            "epoch": pa.array([k[2] for k in keys], pa.int32()),
+            "scorer": [scorer] * n,
+            "fingerprint": [fp] * n,
+            "status": [status] * n,
+            "value": pa.array([value if status == "scored" else None] * n, pa.float64()),
+            "answer": [answer] * n,
+            "explanation": [f"{status}: {answer}"] * n,
+            "reason": ["verified_equal" if value == 1.0 else "mismatch"] * n,
+            "metadata": [json.dumps({"k": 1})] * n,
+            "scored_at": pa.array([at] * n, pa.timestamp("us", tz="UTC")),
+            "duration_s": [0.01] * n,
+        },
+        schema=SCORE_SCHEMA,
+    )
+
+
+def q(wh: Warehouse, sql: str, params=None) -> list[tuple]:
+    with wh.read() as con:
+        return con.execute(sql, params or []).fetchall()
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory):
+    return make_log(tmp_path_factory.mktemp("logs"))
+
+
+@pytest.fixture
+def wh(tmp_path, log) -> Warehouse:
+    w = Warehouse(tmp_path / "g.duckdb")
+    w.ingest_logs([log.location])
+    return w
+
+
+def test_write_scores_is_idempotent_and_dedupes_within_a_batch(wh, log):
+    run = log.eval.eval_id
+    keys = [(run, f"q{i}", e) for i in range(6) for e in (1, 2)]
+    batch = pa.concat_tables([score_rows(keys), score_rows(keys[:3], answer="dup")])
+    assert wh.write_scores(batch) == 12
+    assert wh.write_scores(score_rows(keys)) == 0
+    assert q(wh, "SELECT count(*), count(DISTINCT (sample_id, epoch)) FROM scores") == [(12, 12)]
+    # a new fingerprint is a new key: history is appended, not overwritten
+    assert wh.write_scores(score_rows(keys, fp="fp2", value=0.0)) == 12
+    assert q(wh, "SELECT fingerprint, count(*) FROM scores GROUP BY 1 ORDER BY 1") == [
+        ("fp1", 12),
+        ("fp2", 12),
+    ]
+
+
+def test_write_scores_rejects_a_bad_status_and_missing_keys(wh, log):
+    bad = score_rows([(log.eval.eval_id, "q1", 1)]).set_column(5, "status", pa.array(["maybe"]))
+    with pytest.raises(ValueError, match="'maybe' is not one of scored, unscored, error"):
+        wh.write_scores(bad)
+    with pytest.raises(ValueError, match="lack required column"):
+        wh.write_scores(pa.table({"run_id": ["r"]}))
+    assert q(wh, "SELECT count(*) FROM scores") == [(0,)]
+
+
+def test_staged_files_load_once(wh, log, tmp_path):
+    run = log.eval.eval_id
+    staged = tmp_path / "staged"
+    a = stage_scores(score_rows([(run, "q1", 1), (run, "q2", 1)]), staged)
+    stage_scores(score_rows([(run, "q2", 1), (run, "q4", 2)]), staged)
+    assert pq.read_table(a).schema.equals(SCORE_SCHEMA, check_metadata=False)
+    assert not list(staged.glob("*.tmp"))
+    assert wh.load_staged(staged) == 3
+    assert wh.load_staged(staged) == 0  # nothing left to load
+    # a crash after commit but before the move leaves the file: reloading doubles nothing
+    for f in (staged / "loaded").iterdir():
+        f.rename(staged / f.name)
+    assert wh.load_staged(staged) == 0
+    assert q(wh, "SELECT count(*) FROM scores") == [(3,)]
+
+
+def test_register_verifier_and_samples_to_score(wh, log):
+    from scorers.fingerprint import VerifierFingerprint
+
+    fp = VerifierFingerprint("math", "d1", "math v1", "source text", {"tol": 0})
+    assert wh.register_verifier(fp) is True
+    assert wh.register_verifier(fp) is False
+    assert q(wh, "SELECT name, fingerprint, label, source, params FROM verifiers") == [
+        ("math", "d1", "math v1", "source text", '{"tol": 0}')
+    ]
+    run = log.eval.eval_id
+    wh.write_scores(score_rows([(run, "q1", 1), (run, "q1", 2)], fp="d1"))
+    todo = wh.samples_to_score("math", "d1")
+    assert todo.num_rows == 10
+    assert ("q1", 1) not in set(
+        zip(todo["sample_id"].to_pylist(), todo["epoch"].to_pylist(), strict=True)
+    )
+    assert wh.samples_to_score("math", "d2").num_rows == 12
+    assert wh.samples_to_score("math", "d1", run_ids=["nope"]).num_rows == 0
+    assert todo.schema.field("epoch").type == pa.int32()
+    errored = [r for r in todo.to_pylist() if r["error"]]
+    assert {r["sample_id"] for r in errored} == {"q0", "q3"}
+
+
+def _score_the_log(wh: Warehouse, run: str) -> None:
+    """fp1: q0,q3 errored; q1,q2 correct; q4 wrong; q5 unscored. fp2 (a day later): q4 right."""
+    ep = (1, 2)
+    wh.write_scores(score_rows([(run, s, e) for s in ("q0", "q3") for e in ep], status="error"))
+    wh.write_scores(score_rows([(run, s, e) for s in ("q1", "q2") for e in ep]))
+    wh.write_scores(score_rows([(run, "q4", e) for e in ep], value=0.0, answer="41"))
+    wh.write_scores(score_rows([(run, "q5", e) for e in ep], status="unscored"))
+    later = T0 + timedelta(days=1)
+    wh.write_scores(
+        score_rows(
+            [(run, s, e) for s in ("q0", "q3") for e in ep], fp="fp2", status="error", at=later
+        )
+    )
+    wh.write_scores(
+        score_rows([(run, s, e) for s in ("q1", "q2", "q4") for e in ep], fp="fp2", at=later)
+    )
+    wh.write_scores(
+        score_rows([(run, "q5", e) for e in ep], fp="fp2", value=0.0, answer="7", at=later)
+    )
+
+
+def test_run_metrics_counts_coverage_and_accuracy(wh, log):
+    run = log.eval.eval_id
+    _score_the_log(wh, run)
+    got = q(
+        wh,
+        "SELECT fingerprint, task, model, n_samples, n_scored, n_unscored, n_error, accuracy, "
+        "accuracy_strict, stderr FROM run_metrics ORDER BY fingerprint",
+    )
+    fp1, fp2 = got
+    assert fp1[:7] == ("fp1", "arith", "mockllm/model", 12, 6, 2, 4)
+    assert fp1[7] == pytest.approx(4 / 6) and fp1[8] == pytest.approx(4 / 12)
+    assert fp1[9] == pytest.approx(math.sqrt((4 / 6) * (2 / 6) * 6 / 5 / 6))
+    assert fp2[3:7] == (12, 8, 0, 4)
+    assert fp2[7] == pytest.approx(6 / 8) and fp2[8] == pytest.approx(6 / 12)
+
+
+def test_latest_scores_grade_flips_and_history(wh, log):
+    run = log.eval.eval_id
+    _score_the_log(wh, run)
+    assert q(wh, "SELECT DISTINCT fingerprint FROM latest_scores") == [("fp2",)]
+    flips = q(
+        wh,
+        "SELECT sample_id, epoch, old_fingerprint, new_fingerprint, old_value, new_value, "
+        "old_answer, new_answer FROM grade_flips ORDER BY sample_id, epoch",
+    )
+    assert flips == [
+        ("q4", 1, "fp1", "fp2", 0.0, 1.0, "41", "42"),
+        ("q4", 2, "fp1", "fp2", 0.0, 1.0, "41", "42"),
+        ("q5", 1, "fp1", "fp2", None, 0.0, "42", "7"),
+        ("q5", 2, "fp1", "fp2", None, 0.0, "42", "7"),
+    ]
+    history = q(
+        wh,
+        "SELECT task, model, scorer, fingerprint, accuracy_strict, n_samples "
+        "FROM score_history ORDER BY fingerprint",
+    )
+    assert [h[:4] for h in history] == [
+        ("arith", "mockllm/model", "math", "fp1"),
+        ("arith", "mockllm/model", "math", "fp2"),
+    ]
+    assert history[1][4] == pytest.approx(0.5) and history[1][5] == 12
+
+
+def test_a_registered_verifier_orders_fingerprints_by_first_seen(wh, log):
+    from scorers.fingerprint import VerifierFingerprint
+
+    run = log.eval.eval_id
+    # "zzz" scored earlier but registered later than "aaa": registration decides which is newest
+    wh.register_verifier(VerifierFingerprint("math", "zzz", "v1", "", {}))
+    time.sleep(0.01)
+    wh.register_verifier(VerifierFingerprint("math", "aaa", "v2", "", {}))
+    wh.write_scores(score_rows([(run, "q1", 1)], fp="aaa", at=T0))
+    wh.write_scores(score_rows([(run, "q1", 1)], fp="zzz", value=0.0, at=T0 + timedelta(1)))
+    assert q(wh, "SELECT DISTINCT fingerprint FROM latest_scores") == [("aaa",)]
+    assert q(wh, "SELECT old_fingerprint, new_fingerprint FROM grade_flips") == [("zzz", "aaa")]
+
+
+def test_migration_from_the_previous_schema_version(tmp_path):
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    migrate(con, str(path), target=1)  # a v1 file: tables only, no analysis views
+    con.execute(
+        "INSERT INTO wh.scores VALUES ('r1', 's1', 1, 'math', 'fp', 'scored', 1.0, '1', 'ok', "
+        "'verified_equal', '{}', now(), 0.1)"
+    )
+    with pytest.raises(duckdb.CatalogException):
+        con.execute("SELECT * FROM run_metrics")
+    con.close()
+
+    wh = Warehouse(path)
+    assert wh.schema_version() == SCHEMA_VERSION
+    assert q(wh, "SELECT run_id, n_scored, accuracy FROM run_metrics") == [("r1", 1, 1.0)]
+    assert q(wh, "SELECT version FROM wh.schema_version ORDER BY 1") == [
+        (v,) for v in range(1, SCHEMA_VERSION + 1)
+    ]
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "new.duckdb"
+    Warehouse(path).write_scores(score_rows([("r", "s", 1)]))
+    con = duckdb.connect(str(path))
+    con.execute("INSERT INTO wh.schema_version VALUES (99, 'from the future', now())")
+    con.close()
+    with pytest.raises(SchemaTooNew, match="schema version 99 but this gradebook knows only"):
+        Warehouse(path).write_scores(score_rows([("r", "s", 2)]))
+    result = CliRunner().invoke(app, ["sql", "SELECT 1", "--db", str(path)])
+    assert result.exit_code == 2
+    assert "schema version 99" in result.output
+
+
+_HOLD_LOCK = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+con.close()
+print("released", flush=True)
+time.sleep(30)
+"""
+
+
+def _hold(path: Path, seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(path), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+@pytest.mark.slow
+def test_sql_names_the_process_holding_the_lock(wh):
+    holder = _hold(wh.path, 60)
+    try:
+        result = subprocess.run(
+            [
+                str(REPO / ".venv/bin/gradebook"),
+                "sql",
+                "SELECT count(*) FROM runs",
+                "--db",
+                str(wh.path),
+                "--lock-timeout",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1
+        assert f"locked by process {holder.pid}" in lines[0]
+        with pytest.raises(WarehouseLocked) as info:
+            with Warehouse(wh.path, lock_timeout_s=0.3).read():
+                pass
+        assert info.value.pid == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.slow
+def test_sql_waits_out_a_short_write_and_answers(wh):
+    holder = _hold(wh.path, 1.5)
+    try:
+        result = subprocess.run(
+            [
+                str(REPO / ".venv/bin/gradebook"),
+                "sql",
+                "SELECT count(*) AS n FROM samples",
+                "--db",
+                str(wh.path),
+                "--format",
+                "csv",
+                "--lock-timeout",
+                "20",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == ["n", "12"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_cli_ingest_sql_and_export(log, tmp_path):
+    runner = CliRunner()
+    db = tmp_path / "cli.duckdb"
+    env = {"GRADEBOOK_DB": str(db)}
+    result = runner.invoke(app, ["ingest", log.location], env=env)
+    assert result.exit_code == 0, result.output
+    assert "+12 samples (12 stored)" in result.output
+
+    bad = runner.invoke(app, ["ingest", str(tmp_path / "nope.eval"), log.location], env=env)
+    assert bad.exit_code == 2
+    assert "nope.eval: no such file" in bad.output
+    assert "+0 samples (12 stored)" in bad.output
+
+    as_json = runner.invoke(
+        app,
+        ["sql", "SELECT sample_id, epoch FROM samples ORDER BY 1, 2 LIMIT 2", "--format", "json"],
+        env=env,
+    )
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.output) == [
+        {"sample_id": "q0", "epoch": 1},
+        {"sample_id": "q0", "epoch": 2},
+    ]
+    table = runner.invoke(app, ["sql", "SELECT task, n_samples FROM runs"], env=env)
+    assert "arith" in table.output and "1 row" in table.output
+
+    bad_sql = runner.invoke(app, ["sql", "SELECT * FROM nowhere"], env=env)
+    assert bad_sql.exit_code == 2 and "query failed" in bad_sql.output
+    read_only = runner.invoke(app, ["sql", "DELETE FROM wh.samples"], env=env)
+    assert read_only.exit_code == 2
+    assert q(Warehouse(db), "SELECT count(*) FROM samples") == [(12,)]
+
+    missing = runner.invoke(app, ["sql", "SELECT 1", "--db", str(tmp_path / "none.duckdb")])
+    assert missing.exit_code == 2 and "no warehouse here" in missing.output
+
+    out = tmp_path / "export"
+    exported = runner.invoke(app, ["export", "--parquet", str(out)], env=env)
+    assert exported.exit_code == 0, exported.output
+    assert pq.read_table(out / "samples.parquet").num_rows == 12
+    assert pq.read_table(out / "messages.parquet").num_rows == 20
+    assert pq.read_table(out / "runs.parquet").column("task").to_pylist() == ["arith"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "messages.parquet",
+        "runs.parquet",
+        "samples.parquet",
+        "scores.parquet",
+        "verifiers.parquet",
+    ]
+    assert not os.environ.get("GRADEBOOK_DB")
