@@ -1,0 +1,132 @@
+"""Verifier fingerprints over real modules written to a temporary package on sys.path."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import uuid
+
+import pytest
+
+from scorers.fingerprint import fingerprint
+from scorers.registry import Verifier
+
+HELPER = '''
+"""Helper the verifier imports."""
+
+def normalise(text):
+    return text.strip().lower()
+'''
+
+CHECK = '''
+"""A toy verifier."""
+import json  # stdlib: not hashed as project code
+
+from {pkg}.helper import normalise
+from scorers.grade import scored
+
+
+def grade(view):
+    """Compare normalised strings."""
+    got = normalise(view.completion)
+    return scored(float(got == view.target), answer=got, explanation="", reason="cmp")
+'''
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """A fresh package `<pkg>` with `check` (the verifier module) importing `helper`."""
+    pkg = f"toyverifier_{uuid.uuid4().hex[:8]}"
+    root = tmp_path / pkg
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "helper.py").write_text(HELPER)
+    (root / "check.py").write_text(CHECK.format(pkg=pkg))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    module = importlib.import_module(f"{pkg}.check")
+
+    def verifier(**params):
+        return Verifier("toy", module.grade, f"{pkg}.check", params, "toy v1")
+
+    yield root, verifier
+    for name in [m for m in sys.modules if m.startswith(pkg)]:
+        del sys.modules[name]
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    # make sure the (mtime, size) cache key moves even on a coarse-mtime filesystem
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+
+def test_deterministic_and_names_its_inputs(toy):
+    root, verifier = toy
+    a, b = fingerprint(verifier(tol=0)), fingerprint(verifier(tol=0))
+    assert a == b
+    assert len(a.digest) == 64 and a.name == "toy" and a.label == "toy v1"
+    assert a.params == {"tol": 0}
+    assert f"# ---- module {root.name}.helper" in a.source
+    assert f"# ---- module {root.name}.check" in a.source
+    assert "scorers.grade" in a.source  # project modules it imports are hashed too
+    assert "# ---- module json" not in a.source
+
+
+def test_comments_formatting_and_docstrings_do_not_count(toy):
+    root, verifier = toy
+    before = fingerprint(verifier()).digest
+    edit(root / "check.py", "    got = normalise", "    # a comment\n\n    got  =  normalise")
+    edit(root / "check.py", '"""Compare normalised strings."""', '"""Reworded docs."""')
+    assert fingerprint(verifier()).digest == before
+
+
+def test_a_code_change_changes_it(toy):
+    root, verifier = toy
+    before = fingerprint(verifier()).digest
+    edit(root / "check.py", "float(got == view.target)", "float(got != view.target)")
+    assert fingerprint(verifier()).digest != before
+
+
+def test_a_change_in_an_imported_project_module_changes_it(toy):
+    root, verifier = toy
+    before = fingerprint(verifier())
+    edit(root / "helper.py", "text.strip().lower()", "text.strip()")
+    after = fingerprint(verifier())
+    assert after.digest != before.digest
+    assert "text.strip().lower()" not in after.source
+
+
+def test_parameters_change_it_and_key_order_does_not(toy):
+    _, verifier = toy
+    assert fingerprint(verifier(a=1, b=2)).digest == fingerprint(verifier(b=2, a=1)).digest
+    assert fingerprint(verifier(a=1, b=2)).digest != fingerprint(verifier(a=1, b=3)).digest
+
+
+def test_third_party_versions_are_part_of_it(toy):
+    _, verifier = toy
+    fp = fingerprint(verifier())
+    # scorers.grade imports inspect_ai: its installed version is recorded
+    assert '"inspect_ai": "' in fp.source.splitlines()[2]
+
+
+def test_bad_inputs_fail_clearly():
+    with pytest.raises(ValueError, match="not found"):
+        fingerprint(Verifier("x", lambda v: None, "no_such_module_xyz", {}, ""))
+    with pytest.raises(ValueError, match="parameters must be JSON"):
+        fingerprint(Verifier("x", lambda v: None, "scorers.grade", {"f": object()}, ""))
+
+
+def test_the_registered_verifiers_fingerprint(tmp_path):
+    from scorers.registry import all_verifiers
+
+    verifiers = all_verifiers()
+    if not verifiers:
+        pytest.skip("no verifiers registered yet")
+    for v in verifiers.values():
+        fp = fingerprint(v)
+        assert fp.digest == fingerprint(v).digest
+        assert f"# ---- module {v.module}" in fp.source
