@@ -1,0 +1,62 @@
+"""Shared benchmark plumbing: timing, the result row, the rich table and the --json file.
+
+Every benchmark reports RATIOS against an anchor measured in the same run, because the machine
+is shared and absolute numbers move with whoever else is running.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass
+class Row:
+    """One measured quantity. `ratio` = value / anchor_value; `bar` says the target in words."""
+
+    name: str
+    value: float
+    unit: str
+    anchor: str
+    anchor_value: float
+    ratio: float
+    bar: str
+    meets_bar: bool
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
+    """Smallest wall time of `repeat` calls (the least disturbed by other load), and a result."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def emit(title: str, rows: list[Row], json_path: Path | None) -> None:
+    table = Table(title=title)
+    for col in ("name", "value", "unit", "anchor", "anchor value", "ratio", "bar", "meets bar"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.name,
+            f"{r.value:,.3f}",
+            r.unit,
+            r.anchor,
+            f"{r.anchor_value:,.3f}",
+            f"{r.ratio:.3f}",
+            r.bar,
+            "yes" if r.meets_bar else "NO",
+        )
+    Console().print(table)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"rows": [asdict(r) for r in rows]}, indent=2))
