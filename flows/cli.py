@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from flows.cli_gate import register as register_gate_commands
+from flows.cli_pipeline import register as register_pipeline_commands
 from flows.cli_warehouse import register as register_warehouse_commands
 
 app = typer.Typer(
@@ -17,6 +18,7 @@ app = typer.Typer(
 
 register_warehouse_commands(app)
 register_gate_commands(app)
+register_pipeline_commands(app)
 
 
 def main() -> None:

@@ -138,13 +138,13 @@ def generate_for_model(
 
 
 @flow(name="generate", log_prints=False)
-def generate_flow(config_path: str) -> list[GenerationResult]:
+def generate_flow(config: SweepConfig | str) -> list[GenerationResult]:
     """Generate (never score) every (model, task) of a sweep config into its log dir.
 
     Args:
-        config_path: the sweep TOML file.
+        config: a SweepConfig or the path of a sweep TOML file.
     """
-    cfg = load_config(config_path)
+    cfg = config if isinstance(config, SweepConfig) else load_config(config)
     return generate_models(cfg)
 
 

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect import flow, task
-from prefect.cache_policies import NONE as NO_CACHE
+from prefect import flow
 
 from flows.config import SweepConfig, load_config
+from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, generate_models
 from flows.score import RunScore, ScoreOptions, ingest_task, score_runs
 
@@ -70,35 +70,20 @@ class SweepResult:
         return EXIT_OK
 
 
-def current_fingerprints(names: list[str]) -> dict[str, str]:
-    """scorer name -> digest of the installed verifier's current fingerprint."""
-    from scorers.fingerprint import fingerprint
-    from scorers.registry import get_verifier
-
-    return {name: fingerprint(get_verifier(name)).digest for name in names}
-
-
 def run_gates(
     cfg: SweepConfig, run_ids: list[str], fingerprints: Mapping[str, str]
 ) -> dict[str, Any]:
     """The gate step: evaluate and record each run's gate under the current fingerprints.
 
-    This is the hook the gates area owns: it delegates to `warehouse.gates.gate_run` with the
-    config's `[gates]` rules and returns run_id -> GateResult.
+    Delegates to the gate stage (`flows.gate.run_gates`, a Prefect task that also publishes a
+    markdown artifact) with the config's `[gates]` rules; returns run_id -> GateResult.
     """
-    from warehouse import Warehouse
-    from warehouse.gates import gate_run
+    from flows.gate import run_gates as gate_stage
 
-    wh = Warehouse(cfg.warehouse)
-    return {
-        run_id: gate_run(wh, run_id, cfg.gates, dict(fingerprints), sweep=cfg.name)
-        for run_id in run_ids
-    }
-
-
-@task(name="gate", cache_policy=NO_CACHE)
-def gate_task(cfg: SweepConfig, run_ids: list[str], fingerprints: dict[str, str]) -> dict[str, Any]:
-    return run_gates(cfg, run_ids, fingerprints)
+    results = gate_stage(
+        str(cfg.warehouse), run_ids, rules=cfg.gates, sweep=cfg.name, fingerprints=fingerprints
+    )
+    return {r.run_id: r for r in results}
 
 
 def summarise(
@@ -207,7 +192,7 @@ def sweep_flow(
     names = sorted({n for t in cfg.tasks for n in t.verifiers})
     fingerprints = current_fingerprints(names)
     run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]
-    gates = gate_task(cfg, run_ids, fingerprints) if gate and run_ids else {}
+    gates = run_gates(cfg, run_ids, fingerprints) if gate and run_ids else {}
     result = SweepResult(cfg.name, generations, scores, gates)
     result.rows = summarise(cfg, generations, fingerprints, gates)
     return result

@@ -1,0 +1,297 @@
+"""The pipeline commands: sweep, generate, score, rescore, verifiers, serve, demo.
+
+Exit codes: 0 ok, 1 a gate failed, 2 bad input or environment. Errors are one line naming the
+input and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.table import Table
+
+from flows.console import console, err_console, quiet_prefect
+
+__all__ = ["register"]
+
+T = TypeVar("T")
+
+DbOption = Annotated[
+    Path,
+    typer.Option("--db", envvar="GRADEBOOK_DB", help="DuckDB warehouse file (env GRADEBOOK_DB)."),
+]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show Prefect's own log lines and server output.")
+]
+WorkersOption = Annotated[
+    int | None, typer.Option("--workers", min=1, help="Scoring worker processes (default: CPUs).")
+]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def _run_flow(verbose: bool, fn: Callable[[], T]) -> T:
+    """Run `fn` (which calls flows) against a Prefect API; map known failures to exit 2."""
+    from flows.config import ConfigError
+    from flows.server import PrefectServerError
+    from flows.session import PrefectUnavailable, prefect_session
+    from warehouse import WarehouseLocked
+
+    quiet_prefect(verbose)
+    try:
+        with prefect_session():
+            return fn()
+    except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseLocked) as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted", 130) from None
+
+
+def _load(config: Path) -> Any:
+    from flows.config import ConfigError, load_config
+
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def summary_table(result: Any) -> Table:
+    """The end-of-sweep table: one row per (model, task, scorer) under current fingerprints."""
+    table = Table(title=f"sweep {result.name}", title_justify="left")
+    for col in ("model", "task", "scorer", "samples", "errored", "scored", "unscored"):
+        table.add_column(col, justify="right" if col not in {"model", "task", "scorer"} else "left")
+    table.add_column("accuracy", justify="right")
+    table.add_column("strict", justify="right")
+    table.add_column("gate")
+    for r in result.rows:
+        unscored = str(r.unscored)
+        if r.unscored_reasons:
+            unscored += " (" + ", ".join(f"{k} {v}" for k, v in r.unscored_reasons.items()) + ")"
+        gate = {"pass": "[green]pass[/green]", "fail": "[red]FAIL[/red]"}.get(
+            r.gate or "", f"[yellow]{r.gate or '–'}[/yellow]"
+        )
+        table.add_row(
+            r.model,
+            r.task,
+            r.scorer or "–",
+            str(r.samples),
+            str(r.errored),
+            str(r.scored),
+            unscored,
+            _pct(r.accuracy),
+            _pct(r.accuracy_strict),
+            gate if r.note is None else f"{gate} [red]{r.note}[/red]",
+        )
+    return table
+
+
+def print_gate_problems(result: Any) -> None:
+    for gate in result.gates.values():
+        for rule in getattr(gate, "failing", []) or []:
+            console.print(f"  [red]gate[/red] {gate.task} / {gate.model}: {_rule_text(rule)}")
+        for problem in getattr(gate, "problems", []) or []:
+            console.print(f"  [yellow]gate[/yellow] {gate.task} / {gate.model}: {problem}")
+
+
+def _rule_text(rule: Any) -> str:
+    detail = getattr(rule, "detail", None) or getattr(rule, "message", None)
+    return str(detail) if detail else str(rule)
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def sweep(
+    config: Annotated[Path, typer.Argument(help="Sweep TOML file.")],
+    workers: WorkersOption = None,
+    no_gate: Annotated[bool, typer.Option("--no-gate", help="Skip the gate step.")] = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary."""
+    from flows.sweep import sweep_flow
+
+    cfg = _load(config)
+    result = _run_flow(verbose, lambda: sweep_flow(cfg, workers=workers, gate=not no_gate))
+    console.print(summary_table(result))
+    print_gate_problems(result)
+    raise typer.Exit(result.exit_code)
+
+
+def generate(
+    config: Annotated[Path, typer.Argument(help="Sweep TOML file.")],
+    verbose: VerboseOption = False,
+) -> None:
+    """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
+    from flows.generate import generate_flow
+
+    cfg = _load(config)
+    results = _run_flow(verbose, lambda: generate_flow(cfg))
+    table = Table(title="generated logs", title_justify="left")
+    for col in ("model", "task", "samples", "errored", "status", "log"):
+        table.add_column(col)
+    for g in results:
+        table.add_row(g.model, g.task, str(g.samples), str(g.errored), g.status,
+                      g.log or f"[red]{g.error}[/red]")  # fmt: skip
+    console.print(table)
+    raise typer.Exit(2 if any(g.log is None for g in results) else 0)
+
+
+def score(
+    logs: Annotated[list[Path], typer.Argument(help="Inspect .eval logs to score.")],
+    db: DbOption = Path("gradebook.duckdb"),
+    verifier: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--verifier", help="Verifier name (repeatable); default: those the log names."
+        ),
+    ] = None,
+    workers: WorkersOption = None,
+    scored_logs: Annotated[
+        Path | None,
+        typer.Option("--scored-logs", help="Also write scored copies of the logs into this dir."),
+    ] = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Score saved logs with their verifiers; samples already scored are skipped."""
+    from flows.score import score_flow
+    from scorers.registry import all_verifiers
+
+    missing = [str(p) for p in logs if not p.exists()]
+    if missing:
+        raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
+    unknown = sorted(set(verifier or []) - set(all_verifiers()))
+    if unknown:
+        raise _fail(f"unknown verifier(s) {unknown}; see `gradebook verifiers`")
+    try:
+        summaries = _run_flow(
+            verbose,
+            lambda: score_flow(
+                [str(p) for p in logs],
+                str(db),
+                verifier,
+                workers,
+                scored_log_dir=str(scored_logs) if scored_logs else None,
+            ),
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    table = Table(title="scores written", title_justify="left")
+    for col in ("run", "scorer", "written", "scored", "correct", "unscored", "error"):
+        table.add_column(col)
+    for s in summaries:
+        table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.scored), str(s.correct),
+                      str(s.unscored), str(s.error))  # fmt: skip
+    console.print(table)
+
+
+def rescore(
+    db: DbOption = Path("gradebook.duckdb"),
+    scorer: Annotated[
+        list[str] | None, typer.Option("--scorer", help="Only this verifier (repeatable).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change.")] = False,
+    workers: WorkersOption = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
+    from flows.rescore import MAX_FLIPS_SHOWN, plan_rescore, rescore_flow
+
+    if not db.exists():
+        raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
+    if dry_run:
+        plans = plan_rescore(db, scorer)
+    else:
+        plans = _run_flow(verbose, lambda: rescore_flow(str(db), scorer, workers=workers))
+    table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
+    for col in ("scorer", "fingerprint", "runs", "samples", "flips"):
+        table.add_column(col)
+    for p in plans:
+        flips = "–" if dry_run or not p.changed else str(len(p.flips))
+        table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending), flips)
+    console.print(table)
+    for p in plans:
+        for f in p.flips[:MAX_FLIPS_SHOWN]:
+            console.print(
+                f"  flip {p.scorer} {f['run_id'][:10]} #{f['sample_id']}.{f['epoch']}: "
+                f"{f['old_value']} -> {f['new_value']}  ({f['new_explanation']})"
+            )
+        if len(p.flips) > MAX_FLIPS_SHOWN:
+            console.print(f"  … {len(p.flips) - MAX_FLIPS_SHOWN} more: SELECT * FROM grade_flips")
+    if not any(p.changed for p in plans):
+        console.print("nothing to re-score: every verifier's fingerprint is current")
+
+
+def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
+    """List verifiers: name, current fingerprint, label, first seen, scored rows."""
+    from scorers.fingerprint import fingerprint
+    from scorers.registry import all_verifiers
+    from warehouse import Warehouse
+
+    seen: dict[tuple[str, str], tuple[Any, int]] = {}
+    if db.exists():
+        with Warehouse(db).read() as con:
+            for name, digest, first, n in con.execute(
+                "SELECT f.scorer, f.fingerprint, f.first_seen, "
+                "(SELECT count(*) FROM scores s WHERE s.scorer = f.scorer "
+                " AND s.fingerprint = f.fingerprint) FROM fingerprint_order f"
+            ).fetchall():
+                seen[(name, digest)] = (first, n)
+    table = Table(title="verifiers", title_justify="left")
+    for col in ("name", "fingerprint", "label", "first seen", "scored rows", "current"):
+        table.add_column(col)
+    for name, v in sorted(all_verifiers().items()):
+        digest = fingerprint(v).digest
+        first, n = seen.get((name, digest), (None, 0))
+        table.add_row(name, digest[:12], v.label, str(first or "–"), str(n), "yes")
+        for (other, d), (f, m) in sorted(seen.items()):
+            if other == name and d != digest:
+                table.add_row("", d[:12], "[dim](older)[/dim]", str(f or "–"), str(m), "")
+    console.print(table)
+
+
+def serve(
+    configs: Annotated[list[Path], typer.Argument(help="Sweep TOML files to schedule.")],
+    watch_every: Annotated[
+        int, typer.Option("--watch-every", min=5, help="Seconds between verifier checks.")
+    ] = 60,
+    verbose: VerboseOption = False,
+) -> None:
+    """Run sweeps on their cron schedules and re-score when a verifier changes; Ctrl-C stops."""
+    from flows.serve import serve_configs
+
+    cfgs = [_load(c) for c in configs]
+    quiet_prefect(verbose)
+    try:
+        serve_configs(cfgs, watch_every=watch_every)
+    except RuntimeError as exc:
+        raise _fail(str(exc)) from None
+
+
+def demo(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the demo's logs and warehouse go.")
+    ] = Path(".gradebook/demo"),
+    verbose: VerboseOption = False,
+) -> None:
+    """End to end offline: two model versions, math + HumanEval, a warehouse, a gate."""
+    from flows.demo import run_demo
+
+    code = _run_flow(verbose, lambda: run_demo(directory))
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the pipeline commands to the gradebook CLI."""
+    for fn in (sweep, generate, score, rescore, verifiers, serve, demo):
+        app.command(fn.__name__)(fn)

@@ -1,0 +1,56 @@
+"""Scored copies of logs, so `inspect view` shows gradebook's scores; the original is untouched."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["write_scored_logs"]
+
+
+def write_scored_logs(
+    warehouse: str | Path, logs: Sequence[str | Path], out_dir: Path
+) -> list[Path]:
+    """Write `out_dir/<log name>` for each log with the newest fingerprint's scores attached.
+
+    Returns:
+        The paths written.
+    """
+    from inspect_ai.log import read_eval_log, write_eval_log
+    from inspect_ai.scorer import Score
+
+    from warehouse import Warehouse
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in logs:
+        log = read_eval_log(str(path))
+        if Path(str(path)).resolve().parent == out_dir.resolve():
+            raise ValueError(
+                f"{out_dir}: would overwrite the original log {path}; pick another dir"
+            )
+        with Warehouse(warehouse).read() as con:
+            rows = con.execute(
+                "SELECT sample_id, epoch, scorer, status, value, answer, explanation, reason, "
+                "metadata::VARCHAR FROM latest_scores WHERE run_id = ?",
+                [log.eval.eval_id],
+            ).fetchall()
+        by_sample: dict[tuple[str, int], dict[str, Score]] = {}
+        for sample_id, epoch, scorer, status, value, answer, explanation, reason, meta in rows:
+            metadata = {"status": status, "reason": reason, **json.loads(meta or "{}")}
+            by_sample.setdefault((str(sample_id), int(epoch)), {})[scorer] = Score(
+                value=value if status == "scored" and value is not None else math.nan,
+                answer=answer,
+                explanation=explanation,
+                metadata=metadata,
+            )
+        for sample in log.samples or []:
+            scores = by_sample.get((str(sample.id), int(sample.epoch)))
+            if scores:
+                sample.scores = {**(sample.scores or {}), **scores}
+        target = out_dir / Path(str(path)).name
+        write_eval_log(log, str(target))
+        written.append(target)
+    return written

@@ -1,0 +1,68 @@
+"""Which Prefect API the CLI's flow runs talk to.
+
+`PREFECT_API_URL` set: that server (it must answer). Not set: a local `prefect server start` in
+a subprocess for the duration of the command, its output kept out of the terminal, its database
+in PREFECT_HOME (so migrations run once per machine, not per command). Prefect's own temporary
+server would cost the same but prints start/stop lines and shutdown tracebacks into the
+terminal and cannot run schedules.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from flows.server import local_server, server_healthy
+
+__all__ = ["PrefectUnavailable", "prefect_session"]
+
+
+class PrefectUnavailable(RuntimeError):
+    """PREFECT_API_URL names a server that does not answer."""
+
+
+def _home() -> Path:
+    return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+
+
+@contextmanager
+def prefect_session(*, ui: bool = False) -> Iterator[str]:
+    """Yield the API URL flows in this block use, starting a local server if none is set.
+
+    Raises:
+        PrefectUnavailable: PREFECT_API_URL is set but nothing answers there.
+    """
+    url = os.environ.get("PREFECT_API_URL")
+    if url:
+        if not server_healthy(url, timeout=5.0):
+            raise PrefectUnavailable(
+                f"PREFECT_API_URL={url} does not answer: start that server "
+                "(`prefect server start`) or unset PREFECT_API_URL to use a local one"
+            )
+        yield url
+        return
+    from prefect.settings import temporary_settings
+
+    with local_server(home=_home(), ui=ui) as api_url:
+        os.environ["PREFECT_API_URL"] = api_url
+        try:
+            with temporary_settings(updates={"api.url": api_url}):
+                try:
+                    yield api_url
+                finally:
+                    _drain_logs()
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+
+def _drain_logs() -> None:
+    # Run logs are shipped to the API in the background; send them before the server stops,
+    # or the handler prints "Error logging to API" at interpreter exit.
+    try:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
+    except Exception:  # noqa: S110 - best effort: losing a log line must not fail the command
+        pass
