@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flows.gate import evaluate_gates, overall_exit_code
@@ -62,7 +63,7 @@ def _rules(
 def _print(result: GateResult) -> None:
     title = f"{result.task} · {result.model}" if result.task else result.run_id or "no run"
     _OUT.print(
-        f"[{_STYLE[result.verdict]}]{result.verdict.upper().replace('_', ' ')}[/] {title}"
+        f"[{_STYLE[result.verdict]}]{result.verdict.upper().replace('_', ' ')}[/] {escape(title)}"
         + (f"  run {result.run_id}" if result.task else "")
         + (f"  baseline {result.baseline_run_id}" if result.baseline_run_id else "")
     )
@@ -72,7 +73,7 @@ def _print(result: GateResult) -> None:
             return "n/a" if x is None else f"{x:.3f}"
 
         _OUT.print(
-            f"  {scorer} @ {m['fingerprint'][:12]}: accuracy_strict {fmt(m['accuracy_strict'])}"
+            f"  {escape(scorer)} @ {m['fingerprint'][:12]}: accuracy_strict {fmt(m['accuracy_strict'])}"
             f"  accuracy over scored {fmt(m['accuracy'])}  ({m['n_scored']} scored, "
             f"{m['n_unscored'] + m['n_missing']} unscored, {m['n_error']} errored, "
             f"{m['n_samples']} samples)"
@@ -84,15 +85,15 @@ def _print(result: GateResult) -> None:
         for r in result.results:
             verdict = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]n/a[/]"}
             table.add_row(
-                r.label,
+                escape(r.label),
                 "n/a" if r.value is None else f"{r.value:.4g}",
                 f"{r.op} {r.threshold:.4g}" if r.threshold is not None else "",
                 verdict[r.passed],
-                r.detail,
+                escape(r.detail),
             )
         _OUT.print(table)
     for problem in result.problems:
-        _OUT.print(f"  [yellow]cannot evaluate:[/] {problem}", soft_wrap=True)
+        _OUT.print(f"  [yellow]cannot evaluate:[/] {escape(problem)}", soft_wrap=True)
 
 
 def gate(

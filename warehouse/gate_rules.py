@@ -278,7 +278,7 @@ def evaluate_rules(
 def _regression(
     rules: GateRules, scorer: str, cmp: PairedComparison | None, baseline_run_id: str | None
 ) -> RuleResult:
-    threshold = -float(rules.max_regression or 0.0)
+    threshold = -float(rules.max_regression or 0.0) or 0.0  # never print -0
     if cmp is None:
         why = (
             f"no shared samples with baseline {baseline_run_id}"
