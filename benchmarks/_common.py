@@ -56,7 +56,7 @@ def emit(title: str, rows: list[Row], json_path: Path | None) -> None:
             r.bar,
             "yes" if r.meets_bar else "NO",
         )
-    Console().print(table)
+    Console(width=200).print(table)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"rows": [asdict(r) for r in rows]}, indent=2))

@@ -1,0 +1,232 @@
+"""Warehouse throughput and query latency, each against an anchor measured in the same run.
+
+(a) score rows/s through `Warehouse.write_scores` vs a bare DuckDB Arrow append (bar >= 0.5);
+(b) samples/s ingesting one large mockllm log vs `inspect_ai.analysis.samples_df` (bar >= 1.0);
+(c) `run_metrics` and `grade_flips` over many score rows (bar < 1 s each).
+
+    .venv/bin/python benchmarks/warehouse.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import Row, best_of, emit  # noqa: E402
+from warehouse import SCORE_SCHEMA, Warehouse  # noqa: E402
+from warehouse.migrations import MIGRATIONS  # noqa: E402
+
+CACHE = Path(__file__).resolve().parents[1] / ".bench" / "warehouse"
+
+
+def score_table(n: int) -> pa.Table:
+    """n score rows with distinct keys: 1,000 samples per run, one scorer, one fingerprint."""
+    i = pa.array(range(n), pa.int64())
+    run = pc.binary_join_element_wise("run-", pc.cast(pc.divide(i, 1000), pa.string()), "")
+    sample = pc.binary_join_element_wise("s", pc.cast(pc.remainder(i, 1000), pa.string()), "")
+    value = pc.cast(pc.equal(pc.remainder(i, 3), 0), pa.float64())
+    return pa.table(
+        {
+            "run_id": run,
+            "sample_id": sample,
+            "epoch": pa.array([1] * n, pa.int32()),
+            "scorer": pa.array(["math"] * n),
+            "fingerprint": pa.array(["f" * 64] * n),
+            "status": pa.array(["scored"] * n),
+            "value": value,
+            "answer": pc.cast(pc.remainder(i, 97), pa.string()),
+            "explanation": pa.array(["mismatch: got 41, want 42"] * n),
+            "reason": pa.array(["mismatch"] * n),
+            "metadata": pa.array(["{}"] * n),
+            "scored_at": pa.array([datetime.now(UTC)] * n, pa.timestamp("us", tz="UTC")),
+            "duration_s": pa.array([0.001] * n, pa.float64()),
+        },
+        schema=SCORE_SCHEMA,
+    )
+
+
+def bench_write(n: int, work: Path) -> Row:
+    rows = score_table(n)
+
+    def bare() -> float:
+        path = work / f"bare-{uuid.uuid4().hex}.duckdb"
+        con = duckdb.connect(str(path))
+        con.execute(MIGRATIONS[0].sql)  # the same table definition, created outside the timing
+        con.close()
+        start = time.perf_counter()
+        con = duckdb.connect(str(path))
+        con.execute("BEGIN TRANSACTION")
+        con.register("incoming", rows)
+        con.execute("INSERT INTO wh.scores SELECT * FROM incoming")
+        con.execute("COMMIT")
+        con.close()
+        return time.perf_counter() - start
+
+    def ours() -> tuple[int, float]:
+        wh = Warehouse(work / f"wh-{uuid.uuid4().hex}.duckdb")
+        with wh.write():  # schema created outside the timed write, like a long-lived warehouse
+            pass
+        start = time.perf_counter()
+        inserted = wh.write_scores(rows)
+        return inserted, time.perf_counter() - start
+
+    anchor_s = min(bare() for _ in range(3))
+    best = float("inf")
+    for _ in range(3):
+        inserted, seconds = ours()
+        assert inserted == n, f"write_scores inserted {inserted} of {n}"
+        best = min(best, seconds)
+    value, anchor = n / best, n / anchor_s
+    return Row(
+        f"write_scores {n:,} rows",
+        value,
+        "rows/s",
+        "bare DuckDB Arrow append",
+        anchor,
+        value / anchor,
+        "ratio >= 0.5",
+        value / anchor >= 0.5,
+    )
+
+
+def big_log(n: int) -> Path:
+    """A real mockllm log of `n` samples (cached: generating one costs ~12 ms per sample)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    target = CACHE / f"mockllm-{n}.eval"
+    if target.exists():
+        return target
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+    from inspect_ai.solver import generate
+
+    def answer(input, tools, tool_choice, config):  # noqa: A002 - Inspect's signature
+        out = ModelOutput.from_content("mockllm/model", f"Let me think. The answer is {len(input)}")
+        out.usage = ModelUsage(input_tokens=20, output_tokens=9, total_tokens=29)
+        return out
+
+    dataset = [
+        Sample(id=i, input=f"What is {i} + {i}?", target=str(2 * i), metadata={"i": i})
+        for i in range(n)
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        [log] = eval(
+            Task(dataset=dataset, solver=[generate()], name="bench"),
+            model=get_model("mockllm/model", custom_outputs=answer),
+            log_dir=tmp,
+            display="none",
+            score=False,
+            max_connections=1000,
+        )
+        shutil.move(log.location, target)
+    return target
+
+
+def bench_ingest(n: int, work: Path) -> Row:
+    from inspect_ai.analysis import samples_df
+
+    log = big_log(n)
+    anchor_s, df = best_of(lambda: samples_df(str(log), quiet=True), repeat=2)
+    assert len(df) == n
+
+    def ours() -> float:
+        wh = Warehouse(work / f"ingest-{uuid.uuid4().hex}.duckdb")
+        with wh.write():
+            pass
+        start = time.perf_counter()
+        [res] = wh.ingest_logs([log])
+        assert res.error is None and res.samples_added == n, res
+        return time.perf_counter() - start
+
+    ours_s = min(ours() for _ in range(2))
+    value, anchor = n / ours_s, n / anchor_s
+    return Row(
+        f"ingest a {n:,}-sample log",
+        value,
+        "samples/s",
+        "inspect_ai.analysis.samples_df",
+        anchor,
+        value / anchor,
+        "ratio >= 1.0",
+        value / anchor >= 1.0,
+    )
+
+
+def bench_queries(n: int, work: Path) -> list[Row]:
+    """n score rows: 2 fingerprints of one scorer over n/2 (run, sample) keys, ~2% flips."""
+    wh = Warehouse(work / "queries.duckdb")
+    with wh.write() as con:
+        per_fp = n // 2
+        con.execute(
+            f"""
+            INSERT INTO wh.scores
+            SELECT 'run-' || (i // 5000) AS run_id, 's' || (i % 5000) AS sample_id, 1 AS epoch,
+                   'math', fp, 'scored',
+                   CASE WHEN fp = 'fp2' AND hash(i) % 50 = 0 THEN 1.0 - (hash(i) % 2)
+                        ELSE (hash(i) % 2)::DOUBLE END AS value,
+                   (i % 97)::VARCHAR, 'explanation', 'reason', '{{}}',
+                   TIMESTAMPTZ '2026-01-01' + to_days(CASE fp WHEN 'fp1' THEN 0 ELSE 1 END),
+                   0.001
+            FROM range({per_fp}) r(i), (VALUES ('fp1'), ('fp2')) f(fp)
+            """
+        )
+    with wh.read() as con:
+        total = con.execute("SELECT count(*) FROM wh.scores").fetchall()[0][0]
+        anchor_s, _ = best_of(
+            lambda: con.execute("SELECT count(*), sum(value) FROM wh.scores").fetchall()
+        )
+        rows = []
+        for view, sql in (
+            ("run_metrics", "SELECT * FROM run_metrics"),
+            ("grade_flips", "SELECT * FROM grade_flips"),
+        ):
+            seconds, out = best_of(lambda sql=sql: con.sql(sql).to_arrow_table())
+            rows.append(
+                Row(
+                    f"{view} over {total:,} score rows ({out.num_rows:,} result rows)",
+                    seconds,
+                    "s",
+                    "full scan: count(*), sum(value)",
+                    anchor_s,
+                    seconds / anchor_s,
+                    "< 1 s",
+                    seconds < 1.0,
+                )
+            )
+    return rows
+
+
+def main(
+    quick: Annotated[
+        bool, typer.Option(help="Smaller inputs; finishes in under a minute.")
+    ] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows here.")] = None,
+) -> None:
+    write_n, log_n, query_n = (
+        (100_000, 1_000, 1_000_000) if quick else (1_000_000, 20_000, 10_000_000)
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-warehouse-") as tmp:
+        work = Path(tmp)
+        rows = [
+            bench_write(write_n, work),
+            bench_ingest(log_n, work),
+            *bench_queries(query_n, work),
+        ]
+    emit("warehouse", rows, json_path)
+
+
+if __name__ == "__main__":
+    typer.run(main)
