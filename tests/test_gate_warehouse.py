@@ -252,3 +252,20 @@ def test_newest_run_per_task_and_model(world: World) -> None:
     assert by_task["arith"] == world.reshuffled
     assert by_task["outage"] == world.outage
     assert overall_exit_code(results) == 1  # the outage (and the cut run) fail
+
+
+def test_sweep_selects_its_own_runs(world: World, tmp_path: Path) -> None:
+    from warehouse.gates import newest_runs
+
+    evaluate_gates(world.wh, [world.baseline], sweep="nightly", fingerprints=FP)
+    with world.wh.read() as con:
+        assert newest_runs(con, sweep="nightly") == [world.baseline]
+        assert newest_runs(con, sweep="weekly") == []
+    # a run whose log carries the sweep name in Inspect's eval metadata
+    wh = Warehouse(tmp_path / "s.duckdb")
+    marked = ingest(wh, run_eval(tmp_path / "l", ["0"], metadata={"sweep": "weekly"}))
+    ingest(wh, run_eval(tmp_path / "l", ["0"], task_name="other"))
+    with wh.read() as con:
+        assert newest_runs(con, sweep="weekly") == [marked]
+    [empty] = evaluate_gates(wh, None, sweep="monthly", fingerprints=FP)
+    assert empty.exit_code == 2 and "sweep 'monthly' has no runs" in empty.problems[0]

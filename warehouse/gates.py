@@ -62,18 +62,19 @@ def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
 
 
 def newest_runs(con: duckdb.DuckDBPyConnection, *, sweep: str | None = None) -> list[str]:
-    """The newest run of each task x model, optionally only runs a given sweep generated.
+    """The newest run of each task x model, optionally only runs of a given sweep.
 
-    A sweep marks its runs through Inspect's eval metadata (`metadata.sweep`) or a tag
-    `sweep:<name>`; both are read from the stored log header.
+    A run belongs to a sweep when its log says so (Inspect eval metadata `sweep`, or a tag
+    `sweep:<name>`) or when that sweep's gate step already recorded it in `gates`.
     """
     where, params = "", []
     if sweep is not None:
         where = (
             "WHERE json_extract_string(eval_spec, '$.metadata.sweep') = ? "
-            "OR list_contains(CAST(json_extract(eval_spec, '$.tags') AS VARCHAR[]), ?)"
+            "OR list_contains(CAST(json_extract(eval_spec, '$.tags') AS VARCHAR[]), ?) "
+            "OR run_id IN (SELECT run_id FROM wh.gates WHERE sweep = ?)"
         )
-        params = [sweep, f"sweep:{sweep}"]
+        params = [sweep, f"sweep:{sweep}", sweep]
     rows = con.execute(
         f"SELECT run_id FROM runs {where} "
         "QUALIFY row_number() OVER (PARTITION BY task, model ORDER BY created DESC, run_id DESC) = 1 "
