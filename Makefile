@@ -31,6 +31,7 @@ format: install
 
 # Services the tests need (Docker Engine + the sandbox image); each script says what it does.
 services: install
+	bash infra/install_chromium.sh
 
 test: lint services
 	$(BIN)/pytest $(PYTEST_ARGS)
