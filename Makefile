@@ -31,6 +31,8 @@ format: install
 
 # Services the tests need (Docker Engine + the sandbox image); each script says what it does.
 services: install
+	bash infra/docker/ensure_docker.sh
+	$(BIN)/gradebook sandbox build
 	bash infra/install_chromium.sh
 
 test: lint services

@@ -6,6 +6,7 @@ import typer
 
 from flows.cli_gate import register as register_gate_commands
 from flows.cli_pipeline import register as register_pipeline_commands
+from flows.cli_sandbox import sandbox_app
 from flows.cli_warehouse import register as register_warehouse_commands
 
 app = typer.Typer(
@@ -19,6 +20,7 @@ app = typer.Typer(
 register_warehouse_commands(app)
 register_gate_commands(app)
 register_pipeline_commands(app)
+app.add_typer(sandbox_app, name="sandbox")
 
 
 def main() -> None:

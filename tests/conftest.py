@@ -79,3 +79,20 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory):
                 else:
                     os.environ[k] = v
             server.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def docker_sandbox():
+    """The process-wide sandbox pool on a running Docker Engine with the sandbox image built.
+
+    Skips locally (fails under CI) when Docker or the image is missing: `make services`.
+    """
+    from scorers.sandbox import SandboxUnavailable, close_default_pool, default_pool
+
+    try:
+        pool = default_pool()
+    except SandboxUnavailable as exc:
+        need(False, f"Docker sandbox unavailable: {exc}")
+        return
+    yield pool
+    close_default_pool()
