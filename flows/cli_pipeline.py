@@ -68,12 +68,12 @@ def _pct(x: float | None) -> str:
 
 def summary_table(result: Any) -> Table:
     """The end-of-sweep table: one row per (model, task, scorer) under current fingerprints."""
-    table = Table(title=f"sweep {result.name}", title_justify="left")
-    for col in ("model", "task", "scorer", "samples", "errored", "scored", "unscored"):
-        table.add_column(col, justify="right" if col not in {"model", "task", "scorer"} else "left")
-    table.add_column("accuracy", justify="right")
-    table.add_column("strict", justify="right")
-    table.add_column("gate")
+    table = Table(title=f"sweep {result.name}", title_justify="left", pad_edge=False)
+    for col in ("model", "task", "scorer"):
+        table.add_column(col, overflow="fold")
+    for col in ("n", "err", "scored", "unscored", "acc", "strict"):
+        table.add_column(col, justify="right")
+    table.add_column("gate", overflow="fold")
     for r in result.rows:
         unscored = str(r.unscored)
         if r.unscored_reasons:

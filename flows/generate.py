@@ -59,6 +59,21 @@ def _model(cfg: ModelConfig) -> Any:
     )
 
 
+BUNDLED_TASK_MODULES = ("tasks.math", "tasks.code")
+
+
+def load_bundled_tasks() -> None:
+    """Import the bundled task modules so their @task names ("math_verified", ...) resolve."""
+    import importlib
+
+    for module in BUNDLED_TASK_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
 def run_generation(
     model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path, *, display: str = "none"
 ) -> list[GenerationResult]:
@@ -73,6 +88,7 @@ def run_generation(
     from inspect_ai import eval as inspect_eval
 
     log_dir.mkdir(parents=True, exist_ok=True)
+    load_bundled_tasks()
     if not verbose():
         quiet_hook_banner()
     model = _model(model_cfg)

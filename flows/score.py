@@ -266,7 +266,9 @@ def _grade_batch(
         else:
             todo.append(i)
     idx_chunks = [todo[i : i + opts.chunk_size] for i in range(0, len(todo), opts.chunk_size)]
-    if idx_chunks and pool.workers <= 1:
+    # one chunk or one worker: spawning processes (each imports the verifier stack, ~1-2 s)
+    # costs more than it saves
+    if idx_chunks and (pool.workers <= 1 or len(idx_chunks) == 1):
         for idx in idx_chunks:
             graded = grade_chunk(verifier.grade, [rows[i] for i in idx], opts.sample_timeout_s)
             for i, r in zip(idx, graded, strict=True):

@@ -1,0 +1,202 @@
+"""`gradebook demo`: the whole pipeline offline, with nothing installed but the package (+ Docker).
+
+Two "model versions" are served by a local OpenAI-compatible server started here (the stand-in
+for vLLM): both answer the bundled tasks from a script, each getting a different set of problems
+wrong, so the two runs differ and the history has something to show. Generation goes through
+Inspect's real `openai-api` provider; scoring, the warehouse and the gate are the real thing.
+Without a Docker Engine the code task's samples are unscored with reason `sandbox_unavailable`,
+and the gate says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flows.console import console
+from flows.mock_server import scripted_server
+
+__all__ = ["DEMO_MODELS", "DemoTask", "demo_config", "demo_tasks", "run_demo"]
+
+# (model id served locally, which problems it gets wrong: index % mod == rem)
+DEMO_MODELS = {"demo-v1": (3, 0), "demo-v2": (5, 1)}
+
+
+@dataclass(frozen=True)
+class DemoTask:
+    """A bundled task the demo runs, with scripted right and wrong completions per prompt."""
+
+    spec: str  # a registered Inspect task name
+    verifiers: list[str]
+    answers: list[tuple[str, str, str]]  # (text that identifies the prompt, correct, wrong)
+    needs_docker: bool = False
+
+
+def demo_tasks() -> list[DemoTask]:
+    """The bundled tasks that are present: math always; HumanEval when tasks.code provides it."""
+    out: list[DemoTask] = []
+    math_mod = importlib.import_module("tasks.math")
+    by_id = {c.id: c for c in math_mod.scripted_completions()}
+    answers = [
+        (str(s.input), by_id[s.id].correct, by_id[s.id].wrong)
+        for s in math_mod.bundled_samples()
+        if s.id in by_id
+    ]
+    # registered task names, not file paths: a task module loaded from its path is not in
+    # sys.modules, which breaks dataclasses defined in it
+    out.append(DemoTask("math_verified", ["math"], answers))
+    try:
+        code_mod = importlib.import_module("tasks.code")
+    except ModuleNotFoundError:
+        return out
+    # tasks.code (the sandbox area) exposes the same scripted contract as tasks.math
+    demo = getattr(code_mod, "demo_task", None)
+    scripted = getattr(code_mod, "scripted_completions", None)
+    samples = getattr(code_mod, "bundled_samples", None)
+    if demo and scripted and samples:
+        by_id = {c.id: c for c in scripted()}
+        answers = [
+            (_prompt_key(s.input), by_id[s.id].correct, by_id[s.id].wrong)
+            for s in samples()
+            if s.id in by_id
+        ]
+        out.append(DemoTask(str(demo), ["unit_tests"], answers, needs_docker=True))
+    return out
+
+
+def _prompt_key(text: Any) -> str:
+    # a prompt is matched by a distinctive slice of it (the start of a HumanEval signature)
+    return str(text).strip()[:200]
+
+
+def make_script(tasks: list[DemoTask]) -> Callable[[str, list[dict[str, Any]]], str | int]:
+    """The answering policy of the demo server: each model version is wrong on its own set."""
+    table = [a for t in tasks for a in t.answers]
+
+    def script(model: str, messages: list[dict[str, Any]]) -> str | int:
+        prompt = "\n".join(str(m.get("content", "")) for m in messages)
+        mod, rem = DEMO_MODELS.get(model, (2, 0))
+        for i, (key, correct, wrong) in enumerate(table):
+            if key and key in prompt:
+                return wrong if i % mod == rem else correct
+        return "I cannot answer that."
+
+    return script
+
+
+def demo_config(directory: Path, tasks: list[DemoTask]) -> dict[str, Any]:
+    """The demo's sweep config (as a TOML-shaped dict; also written to DIR/demo.toml)."""
+    return {
+        "name": "demo",
+        "log_dir": str(directory / "logs"),
+        "warehouse": str(directory / "demo.duckdb"),
+        "models": [
+            {"name": name, "model": f"openai-api/local/{name}", "config": {"max_retries": 2}}
+            for name in DEMO_MODELS
+        ],
+        "tasks": [{"task": t.spec, "verifiers": t.verifiers} for t in tasks],
+        "gates": {
+            "min_accuracy": 0.6,
+            "max_unscored_rate": 0.05,
+            "max_error_rate": 0.05,
+            "max_regression": None,
+        },
+    }
+
+
+def _toml(cfg: dict[str, Any]) -> str:
+    def val(v: Any) -> str:
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + " }"
+        return repr(v)
+
+    lines = [f"{k} = {val(v)}" for k, v in cfg.items() if not isinstance(v, list | dict)]
+    for section in ("models", "tasks"):
+        for entry in cfg[section]:
+            lines += ["", f"[[{section}]]"] + [f"{k} = {val(v)}" for k, v in entry.items()]
+    lines += ["", "[gates]"]
+    lines += [f"{k} = {val(v)}" for k, v in cfg["gates"].items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def _docker_available() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+def run_demo(directory: Path) -> int:
+    """Run the demo sweep into `directory`; print the summary and what to try next.
+
+    Returns:
+        0 when the pipeline ran (the gate verdicts are part of the show), 2 if it could not.
+    """
+    from flows.cli_pipeline import print_gate_problems, summary_table
+    from flows.config import parse_config
+    from flows.sweep import sweep_flow
+
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    tasks = demo_tasks()
+    raw = demo_config(directory, tasks)
+    (directory / "demo.toml").write_text(_toml(raw))
+    cfg = parse_config(raw, source=directory / "demo.toml")
+    console.print(
+        f"[bold]gradebook demo[/bold]: {len(DEMO_MODELS)} model versions x {len(tasks)} task(s), "
+        f"served offline by a local OpenAI-compatible server; warehouse {cfg.warehouse}"
+    )
+    with scripted_server(make_script(tasks), models=list(DEMO_MODELS)) as server:
+        saved = {k: os.environ.get(k) for k in ("LOCAL_BASE_URL", "LOCAL_API_KEY")}
+        os.environ["LOCAL_BASE_URL"] = server.base_url
+        os.environ["LOCAL_API_KEY"] = "demo"
+        try:
+            result = sweep_flow(cfg)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    console.print(summary_table(result))
+    print_gate_problems(result)
+    docker_task = any(t.needs_docker for t in tasks)
+    if docker_task and not _docker_available():
+        console.print(
+            "\n[yellow]Docker Engine not reachable:[/yellow] the code task's samples are unscored "
+            "(sandbox_unavailable) and its gate fails on max_unscored_rate. To enable it: "
+            "`make services` (installs and starts Docker Engine, builds the sandbox image), "
+            "then `gradebook rescore --db " + str(cfg.warehouse) + "`."
+        )
+    elif not docker_task:
+        console.print(
+            "\n[dim]The HumanEval task is not part of this build (tasks/code.py not found).[/dim]"
+        )
+    db = cfg.warehouse
+    console.print(
+        "\n[bold]Next:[/bold]\n"
+        f'  gradebook sql --db {db} "SELECT model, task, scorer, accuracy, n_scored, n_unscored '
+        'FROM run_metrics"\n'
+        f"  gradebook verifiers --db {db}\n"
+        "  # edit a verifier (e.g. scorers/math.py), then re-grade every saved sample:\n"
+        f"  gradebook rescore --db {db} --dry-run\n"
+        f"  gradebook rescore --db {db}\n"
+        f'  gradebook sql --db {db} "SELECT * FROM grade_flips"\n'
+        f"  gradebook report --db {db}"
+    )
+    if any(g.log is None for g in result.generations):
+        return 2
+    return 0
