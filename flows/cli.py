@@ -25,3 +25,7 @@ app.add_typer(sandbox_app, name="sandbox")
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

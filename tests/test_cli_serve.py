@@ -1,0 +1,56 @@
+"""`gradebook serve` registers the deployments, runs the watcher, and stops cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_serve_registers_deployments_and_exits_cleanly_on_ctrl_c(prefect_api, tmp_path):
+    from prefect.client.orchestration import get_client
+
+    cfg = tmp_path / "nightly.toml"
+    cfg.write_text(
+        'name = "nightly-test"\nschedule = "0 3 * * *"\nwarehouse = "gb.duckdb"\n'
+        '[[models]]\nmodel = "mockllm/model"\n'
+        '[[tasks]]\ntask = "math_verified"\nverifiers = ["math"]\n'
+    )
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", str(cfg), "--watch-every", "5"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        names: set[str] = set()
+        deadline = time.monotonic() + 120
+        with get_client(sync_client=True) as client:
+            while time.monotonic() < deadline and proc.poll() is None:
+                deps = client.read_deployments()
+                names = {d.name for d in deps}
+                sweep = next((d for d in deps if d.name == "nightly-test"), None)
+                if sweep and "watch-gb" in names:
+                    break
+                time.sleep(1)
+            assert {"nightly-test", "watch-gb"} <= names, proc.stdout and proc.stdout.read()
+            assert sweep.schedules[0].schedule.cron == "0 3 * * *"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "gradebook serve: stopped" in out
+    assert "Traceback" not in out
