@@ -271,6 +271,9 @@ def _assert_line(exc: BaseException) -> str:
 
 
 def run_submission(request: dict) -> int:
+    # Unbuffered, so what the submission printed is on file even if it dies mid-way.
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True, write_through=True)
     # Make this process (and everything it forks) the memory-cgroup OOM killer's first choice,
     # so a memory bomb kills the submission, not the harness. Raising it needs no privilege.
     try:

@@ -110,7 +110,7 @@ def run_unit_tests(
     )
 
 
-def tests_for(metadata: dict[str, Any]) -> tuple[str, str | None] | None:
+def unit_tests_for(metadata: dict[str, Any]) -> tuple[str, str | None] | None:
     """The test source and entry point a sample's metadata carries (HumanEval or MBPP shape)."""
     entry_point = metadata.get("entry_point")
     test = metadata.get("test")
@@ -127,7 +127,7 @@ def tests_for(metadata: dict[str, Any]) -> tuple[str, str | None] | None:
 
 def grade_unit_tests(sample: SampleView) -> Grade:
     """Verifier "unit_tests": extract the code, run the sample's tests in the sandbox."""
-    spec = tests_for(sample.metadata)
+    spec = unit_tests_for(sample.metadata)
     if spec is None:
         return unscored("invalid_target", "sample metadata has no `test` or `test_list`")
     tests, entry_point = spec

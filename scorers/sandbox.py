@@ -244,6 +244,7 @@ class SandboxPool:
         self._sandbox_user = f"{users.sandbox_uid}:{users.sandbox_uid}"
         self._sandbox_uid = users.sandbox_uid
         self._owner = _owner_id(os.getpid()) or f"{socket.gethostname()}:{os.getpid()}:0"
+        self.containers_owner = self._owner  # the owner label on every container it starts
         self._idle: queue.Queue[Any] = queue.Queue()
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._live: set[str] = set()
