@@ -248,6 +248,7 @@ class SandboxPool:
         self._idle: queue.Queue[Any] = queue.Queue()
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._live: set[str] = set()
+        self._starting = 0
         self._lock = threading.Lock()
         self._closed = False
         self._errors: list[str] = []
@@ -293,6 +294,8 @@ class SandboxPool:
     def _add_container(self) -> None:
         if self._closed:
             return
+        with self._lock:
+            self._starting += 1
         container = None
         try:
             container = self._create()
@@ -310,6 +313,9 @@ class SandboxPool:
             if container is not None:
                 self._destroy(container)
             return
+        finally:
+            with self._lock:
+                self._starting -= 1
         if self._closed:
             self._destroy(warm)
             return
@@ -339,7 +345,7 @@ class SandboxPool:
             except queue.Empty:
                 with self._lock:
                     errors, self._errors = self._errors, []
-                    starving = not self._live
+                    starving = not self._live and not self._starting
                 if errors and starving:
                     raise SandboxUnavailable(errors[-1]) from None
                 if starving:
