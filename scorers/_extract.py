@@ -22,6 +22,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = ("answer_line", "boxed", "gsm8k")
 # and a bounded window keeps lazy matching linear even on megabyte inputs.
 TAIL_CHARS = 20_000
 MAX_BOXES = 64
+MAX_BOX_CHARS = 10_000
 
 _ANSWER_LINE = re.compile(r"^[ \t*#>_]*answer[ \t*_]*:[ \t*_]*(\S.*)$", re.IGNORECASE | re.MULTILINE)
 _GSM8K = re.compile(r"^[ \t]*####[ \t]*(\S.*)$", re.MULTILINE)
@@ -76,7 +77,7 @@ def _boxes(text: str) -> list[tuple[int, int, str]]:
     """The last MAX_BOXES balanced boxes as (start, end, content), in text order."""
     found: list[tuple[int, int, str]] = []
     pos = len(text)
-    while len(found) < MAX_BOXES:
+    for _ in range(MAX_BOXES):
         b = text.rfind("\\boxed", 0, pos)
         f = text.rfind("\\fbox", 0, pos)
         start = max(b, f)
@@ -101,7 +102,8 @@ def _boxes(text: str) -> list[tuple[int, int, str]]:
 def _close_brace(text: str, open_at: int) -> int | None:
     depth = 0
     k = open_at
-    n = len(text)
+    # A box holding more than MAX_BOX_CHARS is not a final answer; the cap keeps scanning linear.
+    n = min(len(text), open_at + MAX_BOX_CHARS)
     while k < n:
         c = text[k]
         if c == "\\":

@@ -257,6 +257,12 @@ def parse_answer(text: str) -> tuple:
     tokens = tokenize(s)
     if not tokens:
         raise ParseError("empty answer")
+    if len(tokens) == 1 and tokens[0][0] == "text" and text.strip() != tokens[0][1]:
+        # \text{5 units} / \textbf{(C)}: the wrapper is presentation; read what it holds.
+        try:
+            return parse_answer(tokens[0][1].strip().strip("()") or "()")
+        except ParseError:
+            return ("text", _text_value(tokens[0][1]).lower())
     if all(k == "word" for k, _ in tokens) and len(tokens) >= 1:
         words = [v for _, v in tokens]
         if len(words) > 1 or (len(words[0]) > 1 and words[0].lower() not in FUNCTIONS):
@@ -403,8 +409,13 @@ class _Parser:
                 left = ("div", left, right) if value in ("/", "\\div") else _mul(left, right)
             elif self.starts_atom() and min_bp < 20:
                 # Juxtaposition: 2x, 3\sqrt{2}, (x+1)(x-1); binds like explicit multiplication.
+                mixed = self.peek()[1] == "\\frac" and _is_integer(left)
                 right = self.parse_expr(20)
-                left = _mul(left, right)
+                if mixed and right[0] == "div" and right[1][0] == right[2][0] == "num":
+                    # 918\frac{1}{2} is the mixed number 918 + 1/2.
+                    left = ("add", [left, ("neg", right) if left[0] == "neg" else right])
+                else:
+                    left = _mul(left, right)
             else:
                 break
         return left
@@ -684,3 +695,9 @@ def _add(a: tuple, b: tuple) -> tuple:
 
 def _mul(a: tuple, b: tuple) -> tuple:
     return ("mul", [*a[1], b]) if a[0] == "mul" else ("mul", [a, b])
+
+
+def _is_integer(node: tuple) -> bool:
+    if node[0] == "neg":
+        node = node[1]
+    return node[0] == "num" and node[1].denominator == 1
