@@ -107,6 +107,48 @@ def reap_orphans(client: Any) -> int:
     return removed
 
 
+def create_container(
+    client: Any, image: str, limits: SandboxLimits, *, user: str, owner: str
+) -> Any:
+    """Start one locked-down, labelled container running `sleep infinity` under tini.
+
+    Args:
+        client: a `docker.DockerClient`.
+        image: the sandbox image tag.
+        limits: resource caps.
+        user: "uid:gid" of the container's main process (never root).
+        owner: the owner label value (see `reap_orphans`).
+    """
+    from docker.types import Ulimit
+
+    sandbox_uid = sandbox_users().sandbox_uid
+    return client.containers.run(
+        image,
+        ["sleep", "infinity"],
+        detach=True,
+        init=True,
+        network_mode="none",
+        read_only=True,
+        tmpfs={"/work": f"size={limits.work_mb}m,mode=0700,uid={sandbox_uid},gid={sandbox_uid}"},
+        mem_limit=f"{limits.memory_mb}m",
+        memswap_limit=f"{limits.memory_mb}m",
+        pids_limit=limits.pids,
+        nano_cpus=int(limits.cpus * 1e9),
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        ipc_mode="none",
+        user=user,
+        working_dir="/work",
+        ulimits=[Ulimit(name="core", soft=0, hard=0)],
+        labels={LABEL: "1", OWNER_LABEL: owner},
+    )
+
+
+def owner_label() -> str:
+    """This process's owner label value."""
+    return _owner_id(os.getpid()) or f"{socket.gethostname()}:{os.getpid()}:0"
+
+
 def _frames(buffer: bytearray) -> list[tuple[int, bytes]]:
     """Pop complete Docker multiplexed-stream frames (8-byte header) from the buffer."""
     out = []
@@ -263,32 +305,10 @@ class SandboxPool:
     # -- container lifecycle ----------------------------------------------------------------
 
     def _create(self) -> Any:
-        from docker.types import Ulimit
-
-        lim = self.limits
-        return self.client.containers.run(
-            self.image,
-            ["sleep", "infinity"],
-            detach=True,
-            init=True,
-            network_mode="none",
-            read_only=True,
-            tmpfs={
-                "/work": f"size={lim.work_mb}m,mode=0700,uid={self._sandbox_uid},gid={self._sandbox_uid}"
-            },
-            mem_limit=f"{lim.memory_mb}m",
-            memswap_limit=f"{lim.memory_mb}m",
-            pids_limit=lim.pids,
-            nano_cpus=int(lim.cpus * 1e9),
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            ipc_mode="none",
-            # PID 1 and its sleeper run as the harness uid: the janitor's kill(-1) as the
-            # submission uid must not take the container down with it.
-            user=self._harness_user,
-            working_dir="/work",
-            ulimits=[Ulimit(name="core", soft=0, hard=0)],
-            labels={LABEL: "1", OWNER_LABEL: self._owner},
+        # PID 1 and its sleeper run as the harness uid: the janitor's kill(-1) as the
+        # submission uid must not take the container down with it.
+        return create_container(
+            self.client, self.image, self.limits, user=self._harness_user, owner=self._owner
         )
 
     def _add_container(self) -> None:
