@@ -81,18 +81,16 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory):
             server.__exit__(None, None, None)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def docker_sandbox():
     """The process-wide sandbox pool on a running Docker Engine with the sandbox image built.
 
-    Skips locally (fails under CI) when Docker or the image is missing: `make services`.
+    Skips locally (fails under CI) when Docker or the image is missing: `make services`. The
+    pool is shared by the session (a closed one is replaced) and removed at interpreter exit.
     """
-    from scorers.sandbox import SandboxUnavailable, close_default_pool, default_pool
+    from scorers.sandbox import SandboxUnavailable, default_pool
 
     try:
-        pool = default_pool()
+        return default_pool()
     except SandboxUnavailable as exc:
         need(False, f"Docker sandbox unavailable: {exc}")
-        return
-    yield pool
-    close_default_pool()

@@ -147,10 +147,22 @@ ATTACKS = {
 }
 
 
-def _sandbox_processes_on_host() -> list[str]:
-    """Host processes running as the sandbox uids (they exist only inside sandbox containers)."""
+def _sandbox_processes_on_host(live_container_ids: set[str]) -> list[str]:
+    """Host processes running as the sandbox uids outside every live container (other test
+    sessions on this machine may legitimately have sandbox containers running)."""
     out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if line.split()[0] in {"10001", "10002"}]
+    leftovers = []
+    for line in out.splitlines():
+        uid, pid = line.split()[:2]
+        if uid not in {"10001", "10002"}:
+            continue
+        try:
+            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        if not any(cid in cgroup for cid in live_container_ids):
+            leftovers.append(line)
+    return leftovers
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +213,8 @@ def test_host_unchanged_after_attacks(docker_sandbox, host_before):
         all=True, filters={"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]}
     )
     assert mine == []
-    assert _sandbox_processes_on_host() == []
+    live = {c.id for c in client.containers.list(all=True)}
+    assert _sandbox_processes_on_host(live) == []
     assert not HOST_MARKER.exists() and not host_before["marker"]
     new_tmp = set(os.listdir("/tmp")) - host_before["tmp"]
     assert not [p for p in new_tmp if p in {"x", "sitecustomize.py"}]
