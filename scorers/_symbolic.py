@@ -56,7 +56,7 @@ def to_sympy(node: tuple) -> sympy.Basic:
         return to_sympy(node[1]) / to_sympy(node[2])
     if kind == "pow":
         base, exp = to_sympy(node[1]), to_sympy(node[2])
-        if exp.is_Number and abs(exp) > MAX_EXPONENT and base.is_number and abs(base) != 1:
+        if exp.is_Number and abs(exp) > MAX_EXPONENT and base not in (0, 1, -1):
             raise LimitExceeded(f"exponent above {MAX_EXPONENT}")
         if exp.is_number and not exp.is_Number:
             # A symbolic-constant exponent like 10^(10^10) stays unevaluated until checked.

@@ -2,10 +2,11 @@
 
 Python signals and threads cannot interrupt a long big-integer or sympy operation; killing a
 process can. Each call goes to an idle worker over a pipe; when the answer does not arrive by
-the deadline the worker is killed and a replacement is launched at once, so its start-up
-(a Python interpreter importing sympy, about a second) overlaps with whatever the caller does
-next. Workers are plain `python -m scorers.bounded` subprocesses rather than multiprocessing
-children: they never re-import the caller's __main__, so scripts need no `if __name__` guard.
+the deadline the worker is killed and a replacement is launched at once. Workers are forked
+from a multiprocessing 'forkserver' that has already imported the heavy modules, so a
+replacement is ready in tens of milliseconds rather than the seconds a cold sympy import takes.
+As with any non-fork multiprocessing start method, a script that calls into the pool at import
+time needs the usual `if __name__ == "__main__":` guard.
 
 The pool is created lazily, is per process (a forked child gets its own), survives across
 calls and is shut down at interpreter exit.
@@ -15,22 +16,18 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import multiprocessing as mp
 import os
-import pickle
-import select
-import struct
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, BinaryIO
+from multiprocessing.connection import Connection
+from typing import Any
 
 # Memory cap per worker: a runaway expansion fails with MemoryError instead of swapping the host.
 WORKER_MEMORY_BYTES = 2 * 1024**3
 # Waiting for a worker to start is not charged to the call's deadline, but is bounded.
 STARTUP_TIMEOUT_S = 60.0
-_HEADER = struct.Struct("!I")
 
 
 class WorkerTimeout(TimeoutError):
@@ -41,56 +38,44 @@ class WorkerFailed(RuntimeError):
     """The worker raised or died while running the call."""
 
 
-def _send(stream: BinaryIO, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
-
-
-def _recv(stream: BinaryIO) -> Any:
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError("worker closed its pipe")
-    (size,) = _HEADER.unpack(header)
-    data = stream.read(size)
-    if len(data) < size:
-        raise EOFError("worker closed its pipe")
-    # Only our own worker writes this pipe, and it only pickles results of our functions.
-    return pickle.loads(data)  # noqa: S301
-
-
 class _Worker:
     def __init__(self, preload: Sequence[str]) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "scorers.bounded", *preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-        )
+        ctx = mp.get_context("forkserver")
+        # Only effective before the forkserver starts: it imports these once, and every worker
+        # forked from it starts with them already loaded (tens of ms instead of seconds).
+        # "__main__" too: otherwise every forked worker re-imports the caller's main module
+        # (for an Inspect or Prefect process, seconds of imports) before it can serve.
+        ctx.set_forkserver_preload(["__main__", *preload])
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve_pipe, args=(child, tuple(preload)), daemon=True)
+        self.proc.start()
+        child.close()
         self.ready = False
 
     def wait_ready(self) -> None:
         if self.ready:
             return
-        if not self.readable(STARTUP_TIMEOUT_S):
+        if not self.conn.poll(STARTUP_TIMEOUT_S):
             self.kill()
             raise WorkerFailed("verification worker did not start")
-        status, payload = _recv(self.proc.stdout)
+        status, payload = self.conn.recv()
         if status != "ready":
             raise WorkerFailed(f"verification worker failed to start: {payload}")
         self.ready = True
 
+    def send(self, obj: Any) -> None:
+        self.conn.send(obj)
+
+    def recv(self) -> Any:
+        return self.conn.recv()
+
     def readable(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout))
-        return bool(ready)
+        return self.conn.poll(max(0.0, timeout))
 
     def kill(self) -> None:
         self.proc.kill()
-        self.proc.wait(timeout=5)
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
+        self.proc.join(timeout=5)
+        self.conn.close()
 
 
 class BoundedPool:
@@ -148,10 +133,10 @@ class BoundedPool:
         worker = self._acquire()
         deadline = time.monotonic() + timeout_s
         try:
-            _send(worker.proc.stdin, (func.__module__, func.__qualname__, args))
+            worker.send((func.__module__, func.__qualname__, args))
             if not worker.readable(deadline - time.monotonic()):
                 raise WorkerTimeout(f"no result within {timeout_s:g} s")
-            status, payload = _recv(worker.proc.stdout)
+            status, payload = worker.recv()
         except WorkerTimeout:
             self._replace(worker)
             raise
@@ -206,34 +191,27 @@ def _shutdown_all() -> None:
             pool.shutdown()
 
 
-def _serve(preload: Sequence[str]) -> None:
+def _serve_pipe(conn: Connection, preload: Sequence[str]) -> None:
     try:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     except (ImportError, ValueError, OSError):
         pass
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    # Anything a function prints must not corrupt the result pipe.
-    sys.stdout = sys.stderr
     try:
         for name in preload:
             importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001
-        _send(stdout, ("error", f"{type(exc).__name__}: {exc}"))
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    _send(stdout, ("ready", None))
+    conn.send(("ready", None))
     while True:
         try:
-            module, qualname, args = _recv(stdin)
-        except EOFError:
+            module, qualname, args = conn.recv()
+        except (EOFError, OSError):
             return
         try:
             fn = getattr(importlib.import_module(module), qualname)
-            _send(stdout, ("ok", fn(*args)))
+            conn.send(("ok", fn(*args)))
         except BaseException as exc:  # noqa: BLE001 - every failure is reported to the caller
-            _send(stdout, ("error", f"{type(exc).__name__}: {exc}"))
-
-
-if __name__ == "__main__":
-    _serve(sys.argv[1:])
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))

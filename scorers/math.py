@@ -36,6 +36,7 @@ __all__ = [
     "is_correct",
     "math_verifier",
     "verify",
+    "warm_up",
 ]
 
 DEFAULT_TIMEOUT_S = 2.0
@@ -115,6 +116,11 @@ def verify(
             return Verdict(False, "limit_exceeded", str(exc), "symbolic")
         return Verdict(False, "verifier_error", str(exc), "symbolic")
     return _verdict(equal, "symbolic")
+
+
+def warm_up() -> None:
+    """Start the symbolic worker now, so the first symbolic verification does not wait for it."""
+    shared_pool(_SYMBOLIC_MODULES).warm()
 
 
 def _verdict(equal: bool, path: str) -> Verdict:
