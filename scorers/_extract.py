@@ -24,12 +24,16 @@ TAIL_CHARS = 20_000
 MAX_BOXES = 64
 MAX_BOX_CHARS = 10_000
 
-_ANSWER_LINE = re.compile(r"^[ \t*#>_]*answer[ \t*_]*:[ \t*_]*(\S.*)$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_LINE = re.compile(
+    r"^[ \t*#>_]*answer[ \t*_]*:[ \t*_]*(\S.*)$", re.IGNORECASE | re.MULTILINE
+)
 _GSM8K = re.compile(r"^[ \t]*####[ \t]*(\S.*)$", re.MULTILINE)
 _MATH_SPAN = re.compile(
     r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\(([^\n]+?)\\\)|(?<!\\)\$((?:[^$\n\\]|\\.)+?)\$", re.DOTALL
 )
-_NUMBER = re.compile(r"(?<![A-Za-z_])-?(?:\d{1,3}(?: \d{3})+(?!\d)|\d[\d,]*(?:\.\d+)?|\.\d+)(?:[ \t]*/[ \t]*\d+(?:\.\d+)?)?")
+_NUMBER = re.compile(
+    r"(?<![A-Za-z_])-?(?:\d{1,3}(?: \d{3})+(?!\d)|\d[\d,]*(?:\.\d+)?|\.\d+)(?:[ \t]*/[ \t]*\d+(?:\.\d+)?)?"
+)
 _PROSE_WORD = re.compile(
     r"(?<![\\a-zA-Z])(?!(?:and|or|sin|cos|tan|sec|csc|cot|log|exp|sqrt|frac|pi)\b)[a-zA-Z]{3,}"
 )
@@ -144,7 +148,9 @@ def _join(text: str, spans: list[tuple[int, int, str]]) -> str:
         gap = text[prev[1] : chosen[0][0]]
         if len(gap) > 200:
             break
-        gap_clean = re.sub(r"\\(?:text|mbox|textnormal)\{([^{}]*)\}|\\quad|\\qquad|\$|\\[()\[\]]", r" \1 ", gap)
+        gap_clean = re.sub(
+            r"\\(?:text|mbox|textnormal)\{([^{}]*)\}|\\quad|\\qquad|\$|\\[()\[\]]", r" \1 ", gap
+        )
         if len(gap_clean) > 60 or not (_BOX_GAP_WORDS.search(gap_clean) or not gap_clean.strip()):
             break
         chosen.insert(0, prev)

@@ -647,7 +647,15 @@ class _Parser:
         self.expect("{")
         env = self.next()[1]
         self.expect("}")
-        if env not in ("pmatrix", "bmatrix", "matrix", "vmatrix", "Bmatrix", "array", "smallmatrix"):
+        if env not in (
+            "pmatrix",
+            "bmatrix",
+            "matrix",
+            "vmatrix",
+            "Bmatrix",
+            "array",
+            "smallmatrix",
+        ):
             raise ParseError(f"unsupported environment {env}")
         if env == "array" and self.peek()[1] == "{":  # column spec {cc}
             self.parse_group_raw()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 import sympy
-from sympy import Integer, Rational, Symbol
+from sympy import Rational, Symbol
 
 from scorers._compare import MAX_EXPONENT, MAX_FACTORIAL, Comparator, ExactComparator, NeedSymbolic
 from scorers._mathparse import LimitExceeded

@@ -110,7 +110,9 @@ def verify(
     try:
         equal = pool.call(compare_symbolic, cand, ref, timeout_s=timeout_s)
     except WorkerTimeout:
-        return Verdict(False, "timeout", f"verification timed out after {timeout_s:g} s", "symbolic")
+        return Verdict(
+            False, "timeout", f"verification timed out after {timeout_s:g} s", "symbolic"
+        )
     except WorkerFailed as exc:
         if "LimitExceeded" in str(exc) or "MemoryError" in str(exc):
             return Verdict(False, "limit_exceeded", str(exc), "symbolic")
@@ -124,8 +126,10 @@ def warm_up() -> None:
 
 
 def _verdict(equal: bool, path: str) -> Verdict:
-    return Verdict(True, "verified_equal", "verified equal", path) if equal else Verdict(
-        False, "mismatch", "not equal", path
+    return (
+        Verdict(True, "verified_equal", "verified equal", path)
+        if equal
+        else Verdict(False, "mismatch", "not equal", path)
     )
 
 
@@ -196,8 +200,11 @@ def math_verifier(
         view = SampleView(
             completion=state.output.completion,
             target=list(target.target),
-            metadata={**(state.metadata or {}), "answer_patterns": patterns,
-                      "timeout_s": timeout_s},  # fmt: skip
+            metadata={
+                **(state.metadata or {}),
+                "answer_patterns": patterns,
+                "timeout_s": timeout_s,
+            },  # fmt: skip
             sample_id=state.sample_id,
         )
         # Off the event loop: a symbolic check may wait up to timeout_s on its worker.
