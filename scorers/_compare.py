@@ -54,9 +54,11 @@ def reduce_relation(node: tuple) -> tuple:
         k = ops.index("~")
         if k >= 1:  # an exact value was written before the approximation: it is the answer
             ops, exprs = ops[:k], exprs[: k + 1]
-        else:
+        elif is_name(exprs[0]):  # x ≈ 11: the approximation is the only value given
             exprs = [exprs[0], exprs[-1]]
             ops = ["="]
+        else:  # √3/3 ≈ 0.577: the exact value comes first
+            return exprs[0]
     if len(exprs) >= 3:
         exprs = [exprs[0], exprs[-1]] if is_name(exprs[0]) else [exprs[-1]]
     if len(exprs) == 1:

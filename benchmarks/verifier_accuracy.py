@@ -1,0 +1,233 @@
+"""Agreement of the math verifier with labelled answer pairs, side by side with Math-Verify and
+Inspect's built-in math() scorer, in one run.
+
+    .venv/bin/python benchmarks/verifier_accuracy.py [--quick] [--json PATH] [--show-disagreements]
+
+Data (read from ../shared/data, never copied): math/math_verify_tests.jsonl (270 labels from
+Math-Verify's test-suite), math/other_grader_tests.jsonl (54 labels from three other graders),
+gsm8k/gsm8k_model_solutions_labeled.jsonl (5,276 real GSM8K solutions, end-to-end extraction).
+
+Extraction for the Math-Verify rows follows each row's `match_types`: "latex" maps to our
+final_answer/boxed/last_math/whole strategies, "expr" adds last_number. Labels we dispute are
+listed with the reason (DISPUTED below); agreement is reported on all labels and on the
+undisputed ones, and the bar is judged on the latter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import Row, emit  # noqa: E402
+from scorers.math import extract_answer, verify, warm_up  # noqa: E402
+from tasks.math import GSM8K_PATTERNS  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# Labels we disagree with, keyed by the row's `source`, with the reason. Rules by setting
+# (float_rounding < 6, strict=False) are applied in `dispute_reason` below.
+DISPUTED = {
+    "test_number_extraction[5]": "decimal comma: '1000,99' is read as a list, never as 1000.99",
+    "test_number_extraction[6]": "decimal comma: '1,22' is a list of 1 and 22, not 1.22",
+    "test_number_extraction[7]": "decimal comma: '2,74' is a list of 2 and 74, not 2.74",
+    "test_number_extraction[17]": "decimal comma: '0,111' is a list of 0 and 111, not 0.111",
+    "test_math_numeric_equivalence": "",
+    "test_set_rel_assymetry[3]": "label holds only under allow_set_relation_comp=False; "
+    "the same pair with arguments swapped is labelled equal (row 186)",
+    "test_string_extraction[9]": "1 + 1/e is not 1 - 1/e (Math-Verify's string-fallback label)",
+}
+
+
+def dispute_reason(row: dict) -> str | None:
+    key = row["source"].split("::", 1)[-1].split(" (", 1)[0]
+    if key in DISPUTED and DISPUTED[key]:
+        return DISPUTED[key]
+    if row.get("float_rounding", 6) < 6 and row["equivalent"]:
+        return (
+            f"label holds only with float_rounding={row['float_rounding']}: a decimal "
+            "approximation is not equal to an exact irrational/rational"
+        )
+    if row.get("strict") is False and row["equivalent"]:
+        return "label holds only with strict=False (variables may be renamed)"
+    cand = row["candidate"].strip("$ ")
+    if row["equivalent"] and row.get("float_rounding") == 6 and _is_truncated_decimal(cand):
+        return "label holds only with float_rounding=6: 0.0833333333333333 is not 1/12"
+    return None
+
+
+def _is_truncated_decimal(text: str) -> bool:
+    digits = text.split(".")[-1]
+    return text.replace(".", "", 1).isdigit() and len(digits) >= 10
+
+
+def patterns_for(match_types: object) -> list[str]:
+    pats = ["answer_line", "final_answer", "boxed", "last_math", "whole"]
+    if "expr" in str(match_types) or "defaults" in str(match_types):
+        pats.append("last_number")
+    return pats
+
+
+def ours(candidate: str, reference: str, match_types: object) -> bool:
+    pats = patterns_for(match_types)
+    cand = extract_answer(candidate, pats) or candidate
+    ref = extract_answer(reference, pats) or reference
+    return verify(cand, ref).equal
+
+
+def math_verify_fn(row: dict) -> bool:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+    from math_verify import verify as mv_verify
+
+    types = row.get("match_types")
+    configs = []
+    if "latex" in str(types) or "defaults" in str(types):
+        configs.append(LatexExtractionConfig())
+    if "expr" in str(types) or "defaults" in str(types):
+        configs.append(ExprExtractionConfig())
+    gold = parse(row["reference"], extraction_config=configs)
+    pred = parse(row["candidate"], extraction_config=configs)
+    return bool(
+        mv_verify(
+            gold,
+            pred,
+            float_rounding=row.get("float_rounding", 6),
+            strict=row.get("strict", True),
+            allow_set_relation_comp=row.get("allow_set_relation_comp", False),
+        )
+    )
+
+
+def inspect_math_fn() -> Callable[[dict], bool]:
+    from inspect_ai.model import ModelOutput
+    from inspect_ai.scorer import CORRECT, Target
+    from inspect_ai.scorer import math as inspect_math
+    from inspect_ai.solver import TaskState
+
+    scorer = inspect_math()
+
+    def run(row: dict) -> bool:
+        state = TaskState(
+            model="mockllm/model",
+            sample_id=0,
+            epoch=0,
+            input="",
+            messages=[],
+            output=ModelOutput.from_content("mockllm/model", row["candidate"]),
+        )
+        score = asyncio.run(scorer(state, Target(row["reference"])))
+        return score.value == CORRECT
+
+    return run
+
+
+def tally(rows: list[dict], decide: Callable[[dict], bool]) -> dict:
+    agree = fp = fn = 0
+    agree_u = n_u = fp_u = 0
+    wrong: list[tuple[int, dict, bool]] = []
+    for i, row in enumerate(rows):
+        try:
+            got = decide(row)
+        except Exception:  # a crashing grader counts as "not equal"
+            got = False
+        label = row["equivalent"]
+        agree += got == label
+        fp += got and not label
+        fn += label and not got
+        if dispute_reason(row) is None:
+            n_u += 1
+            agree_u += got == label
+            fp_u += got and not label
+        if got != label:
+            wrong.append((i, row, got))
+    return {"n": len(rows), "agree": agree, "fp": fp, "fn": fn, "n_u": n_u, "agree_u": agree_u,
+            "fp_u": fp_u, "wrong": wrong}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="GSM8K subset of 500 rows")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--show-disagreements", action="store_true")
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        sys.exit(f"reference data not found at {DATA}: run from a checkout beside ../shared")
+    warm_up()
+
+    mv_rows = [json.loads(x) for x in (DATA / "math/math_verify_tests.jsonl").open()]
+    other_rows = [json.loads(x) for x in (DATA / "math/other_grader_tests.jsonl").open()]
+    gsm_rows = [json.loads(x) for x in (DATA / "gsm8k/gsm8k_model_solutions_labeled.jsonl").open()]
+    if args.quick:
+        gsm_rows = gsm_rows[:500]
+
+    graders: dict[str, Callable[[dict], bool]] = {
+        "gradebook": lambda r: ours(r["candidate"], r["reference"], r.get("match_types")),
+        "math-verify": math_verify_fn,
+        "inspect math()": inspect_math_fn(),
+    }
+    results = {name: tally(mv_rows, fn) for name, fn in graders.items()}
+    other = {
+        "gradebook": tally(other_rows, lambda r: ours(r["candidate"], r["reference"], "expr")),
+        "math-verify": tally(
+            other_rows, lambda r: math_verify_fn({**r, "match_types": "defaults"})
+        ),
+    }
+    gsm = tally(
+        gsm_rows,
+        lambda r: verify(extract_answer(r["candidate"], GSM8K_PATTERNS), r["reference"]).equal,
+    )
+
+    mv = results["math-verify"]
+    rows: list[Row] = []
+    for name, res in results.items():
+        rows.append(Row(f"{name}: agreement, all 270 labels", 100 * res["agree"] / res["n"], "%",
+                        "math-verify", 100 * mv["agree"] / mv["n"],
+                        res["agree"] / max(mv["agree"], 1), "reported", True))  # fmt: skip
+        rows.append(Row(f"{name}: agreement, {res['n_u']} undisputed labels",
+                        100 * res["agree_u"] / res["n_u"], "%", "math-verify",
+                        100 * mv["agree_u"] / mv["n_u"], res["agree_u"] / max(mv["agree_u"], 1),
+                        ">= 99% (gradebook)", name != "gradebook"
+                        or res["agree_u"] / res["n_u"] >= 0.99))  # fmt: skip
+        rows.append(Row(f"{name}: false positives (all / undisputed)", res["fp"], "pairs",
+                        "math-verify", mv["fp"], res["fp"] / max(mv["fp"], 1),
+                        "0 undisputed FP (gradebook)",
+                        name != "gradebook" or res["fp_u"] == 0))  # fmt: skip
+        rows.append(Row(f"{name}: false negatives", res["fn"], "pairs", "math-verify", mv["fn"],
+                        res["fn"] / max(mv["fn"], 1), "reported", True))  # fmt: skip
+    for name, res in other.items():
+        rows.append(Row(f"{name}: other graders' 54 labels", 100 * res["agree"] / res["n"], "%",
+                        "math-verify", 100 * other["math-verify"]["agree"] / res["n"],
+                        res["agree"] / max(other["math-verify"]["agree"], 1), "reported",
+                        True))  # fmt: skip
+    rows.append(Row(f"gradebook: GSM8K end-to-end ({gsm['n']} solutions)",
+                    100 * gsm["agree"] / gsm["n"], "%", "upstream exact-match label", 100.0,
+                    gsm["agree"] / gsm["n"], "reported", True))  # fmt: skip
+    emit("math verifier accuracy", rows, args.json)
+
+    print("\nLabels we dispute (gradebook's verdict differs; reason):")
+    for i, row, got in results["gradebook"]["wrong"]:
+        reason = dispute_reason(row)
+        if reason:
+            print(f"  [{i}] {row['candidate'][-60:]!r} vs {row['reference'][-40:]!r}: "
+                  f"label={row['equivalent']} ours={got} -- {reason}")  # fmt: skip
+    print("\nUndisputed disagreements (our misses):")
+    for i, row, got in results["gradebook"]["wrong"]:
+        if not dispute_reason(row):
+            print(f"  [{i}] {row['candidate'][-60:]!r} vs {row['reference'][-40:]!r}: "
+                  f"label={row['equivalent']} ours={got}")  # fmt: skip
+    print("\nOther graders' labels we disagree with:")
+    for i, row, got in other["gradebook"]["wrong"]:
+        print(f"  [{i}] {row['candidate']!r} vs {row['reference']!r}: label={row['equivalent']} "
+              f"ours={got} ({row['source'].split('@')[0]})")  # fmt: skip
+    if args.show_disagreements:
+        for i, row, got in gsm["wrong"][:20]:
+            print(f"  gsm8k[{i}] label={row['equivalent']} ours={got} ref={row['reference']}")
+
+
+if __name__ == "__main__":
+    main()
