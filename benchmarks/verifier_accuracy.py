@@ -37,7 +37,6 @@ DISPUTED = {
     "test_number_extraction[6]": "decimal comma: '1,22' is a list of 1 and 22, not 1.22",
     "test_number_extraction[7]": "decimal comma: '2,74' is a list of 2 and 74, not 2.74",
     "test_number_extraction[17]": "decimal comma: '0,111' is a list of 0 and 111, not 0.111",
-    "test_math_numeric_equivalence": "",
     "test_set_rel_assymetry[3]": "label holds only under allow_set_relation_comp=False; "
     "the same pair with arguments swapped is labelled equal (row 186)",
     "test_string_extraction[9]": "1 + 1/e is not 1 - 1/e (Math-Verify's string-fallback label)",
