@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from flows.console import console, err_console, quiet_prefect
@@ -32,7 +33,8 @@ WorkersOption = Annotated[
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}")
+    # soft_wrap: an error is one line per problem, however narrow the terminal
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -1,0 +1,229 @@
+"""Throughput of the `score` flow on a big math log, against two anchors measured in the same run.
+
+    .venv/bin/python benchmarks/scoring_stage.py [--quick] [--json PATH] [--samples N]
+
+Rows:
+  - score flow (a real Prefect flow run against a local server, on a log already ingested, so
+    its ingest step is the idempotent no-op; ingest is timed as its own row) in samples/s,
+    against (a) a bare single-process loop calling `is_correct` on the already-extracted answers
+    (bar: >= 1.5x on 2 cores) and (b) `inspect_ai.score()` with the same math scorer on the same
+    log (bar: >= 3x).
+  - the fixed overhead of one `gradebook sweep` with one sample, as a subprocess (Prefect start-up
+    included), against a bare `inspect eval` of the same one sample in a subprocess.
+
+The log is generated once with mockllm (a scripted mix of right and wrong answers over the
+bundled math problems, which cover integers, fractions, radicals, sets, matrices...) and cached
+in .bench/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
+
+from _common import Row, emit  # noqa: E402
+
+CACHE = ROOT / ".bench"
+
+
+def _task(n: int):
+    from inspect_ai import Task
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.solver import generate
+
+    import tasks.math as tm
+
+    base = tm.bundled_samples()
+    samples = [
+        Sample(
+            id=f"{base[i % len(base)].id}-{i}",
+            input=base[i % len(base)].input,
+            target=base[i % len(base)].target,
+        )
+        for i in range(n)
+    ]
+    return Task(
+        dataset=MemoryDataset(samples, name="math_bench"), solver=generate(), name="math_bench"
+    )
+
+
+def _outputs():
+    from inspect_ai.model import ModelOutput, ModelUsage
+
+    import tasks.math as tm
+
+    scripted = {
+        s.input: c for s, c in zip(tm.bundled_samples(), tm.scripted_completions(), strict=True)
+    }
+    counter = {"i": 0}
+
+    def outputs(input, tools, tool_choice, config):  # noqa: A002
+        prompt = " ".join(str(getattr(m, "text", m)) for m in input)
+        counter["i"] += 1
+        c = next((v for k, v in scripted.items() if k in prompt), None)
+        text = "no idea" if c is None else (c.wrong if counter["i"] % 3 == 0 else c.correct)
+        return ModelOutput.from_content(model="mockllm/model", content=text).model_copy(
+            update={"usage": ModelUsage(input_tokens=10, output_tokens=10, total_tokens=20)}
+        )
+
+    return outputs
+
+
+def build_log(n: int) -> Path:
+    path = CACHE / f"math_{n}.eval"
+    if path.exists():
+        return path
+    from inspect_ai import eval as inspect_eval
+
+    CACHE.mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        (log,) = inspect_eval(
+            _task(n),
+            model="mockllm/model",
+            model_args={"custom_outputs": _outputs()},
+            score=False,
+            log_dir=tmp,
+            display="none",
+            max_connections=64,
+            max_samples=256,
+            metadata={"verifiers": ["math"]},
+        )
+        shutil.move(log.location, path)
+    print(f"generated {n} samples in {time.perf_counter() - t0:.0f}s -> {path}")
+    return path
+
+
+def bare_loop(log: Path) -> tuple[float, int]:
+    from inspect_ai.log import read_eval_log_samples
+
+    from scorers._extract import DEFAULT_PATTERNS, extract_answer
+    from scorers.math import is_correct
+
+    pairs = [
+        (extract_answer(s.output.completion, DEFAULT_PATTERNS), str(s.target))
+        for s in read_eval_log_samples(str(log), all_samples_required=False)
+    ]
+    t0 = time.perf_counter()
+    correct = sum(is_correct(a, t) for a, t in pairs)
+    return time.perf_counter() - t0, correct
+
+
+def inspect_score(log: Path) -> float:
+    from inspect_ai import score
+    from inspect_ai.log import read_eval_log
+
+    from scorers.math import math_verifier
+
+    t0 = time.perf_counter()
+    read = read_eval_log(str(log))
+    score(read, scorers=math_verifier(), action="append", display="none")
+    return time.perf_counter() - t0
+
+
+def flow_score(log: Path, workers: int) -> tuple[float, float, int]:
+    from flows.console import quiet_prefect
+    from flows.score import ScoreOptions, score_flow, score_runs  # noqa: F401
+
+    quiet_prefect(False)
+    from warehouse import Warehouse
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "bench.duckdb")
+        # ingest is timed on its own: the anchors start from samples already in memory too
+        t0 = time.perf_counter()
+        Warehouse(db).ingest_logs([str(log)])
+        ingest_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        summaries = score_flow([str(log)], db, ["math"], workers, progress=False)
+        total = time.perf_counter() - t0
+        correct = sum(s.correct for s in summaries)
+    return total, ingest_s, correct
+
+
+def sweep_overhead(tmp: Path) -> tuple[float, float]:
+    cfg = tmp / "one.toml"
+    cfg.write_text(
+        'name = "one"\nwarehouse = "one.duckdb"\nlog_dir = "logs"\n'
+        '[[models]]\nmodel = "mockllm/model"\n'
+        '[[tasks]]\ntask = "math_verified"\nlimit = 1\nverifiers = ["math"]\n'
+        "[gates]\nmax_regression = 0.5\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(CACHE / "prefect-home")  # migrated once, like a user's ~/.prefect
+    gradebook = Path(sys.executable).parent / "gradebook"
+    t0 = time.perf_counter()
+    subprocess.run([str(gradebook), "sweep", str(cfg)], env=env, capture_output=True, check=False)
+    sweep_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "inspect_ai", "eval", "tasks/math.py@math_verified", "--model",
+         "mockllm/model", "--limit", "1", "--no-score", "--log-dir", str(tmp / "ilogs"),
+         "--display", "none"],
+        cwd=ROOT, env=env, capture_output=True, check=False,
+    )  # fmt: skip
+    return sweep_s, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2,000 samples; under a minute")
+    ap.add_argument("--samples", type=int, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    args = ap.parse_args()
+    n = args.samples or (2_000 if args.quick else 20_000)
+
+    from flows.server import local_server
+
+    log = build_log(n)
+    bare_s, bare_correct = bare_loop(log)
+    insp_s = inspect_score(log)
+    with local_server(home=CACHE / "prefect-home", ui=False) as api:
+        os.environ["PREFECT_API_URL"] = api
+        from prefect.settings import temporary_settings
+
+        with temporary_settings(updates={"api.url": api}):
+            flow_s, ingest_s, flow_correct = flow_score(log, args.workers)
+        os.environ.pop("PREFECT_API_URL", None)
+    if flow_correct != bare_correct:
+        print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}")
+    rows = [
+        Row("score flow vs bare is_correct loop", n / flow_s, "samples/s",
+            "bare loop, 1 process", n / bare_s, bare_s / flow_s,
+            f">= 1.5x the bare loop on {args.workers} cores", bare_s / flow_s >= 1.5),
+        Row("score flow vs inspect score", n / flow_s, "samples/s", "inspect_ai.score()",
+            n / insp_s, insp_s / flow_s, ">= 3x inspect score", insp_s / flow_s >= 3),
+        Row("ingest (informational, not in the flow rows)", n / ingest_s, "samples/s",
+            "bare loop, 1 process", n / bare_s, bare_s / ingest_s, "informational", True),
+    ]  # fmt: skip
+    if not args.quick:
+        with tempfile.TemporaryDirectory() as tmp:
+            sweep_s, eval_s = sweep_overhead(Path(tmp))
+        rows.append(
+            Row(
+                "gradebook sweep, 1 sample (Prefect start-up included)",
+                sweep_s,
+                "s",
+                "inspect eval, 1 sample",
+                eval_s,
+                sweep_s / eval_s,
+                "informational: fixed cost of one sweep",
+                True,
+            )  # fmt: skip
+        )
+    emit(f"scoring stage ({n:,} samples, {args.workers} workers)", rows, args.json)
+
+
+if __name__ == "__main__":
+    main()
