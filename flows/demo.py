@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ __all__ = ["DEMO_MODELS", "DemoTask", "demo_config", "demo_tasks", "run_demo"]
 
 # (model id served locally, which problems it gets wrong: index % mod == rem)
 DEMO_MODELS = {"demo-v1": (3, 0), "demo-v2": (5, 1)}
+HUMANEVAL_LIMIT = 10  # each sample runs its tests in a container: keep the demo short
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,12 @@ class DemoTask:
     spec: str  # a registered Inspect task name
     verifiers: list[str]
     answers: list[tuple[str, str, str]]  # (text that identifies the prompt, correct, wrong)
+    args: dict[str, Any] = field(default_factory=dict)
     needs_docker: bool = False
 
 
 def demo_tasks() -> list[DemoTask]:
-    """The bundled tasks that are present: math always; HumanEval when tasks.code provides it."""
+    """The bundled tasks: math always; the first HumanEval problems when tasks.code is there."""
     out: list[DemoTask] = []
     math_mod = importlib.import_module("tasks.math")
     by_id = {c.id: c for c in math_mod.scripted_completions()}
@@ -53,24 +55,24 @@ def demo_tasks() -> list[DemoTask]:
         code_mod = importlib.import_module("tasks.code")
     except ModuleNotFoundError:
         return out
-    # tasks.code (the sandbox area) exposes the same scripted contract as tasks.math
-    demo = getattr(code_mod, "demo_task", None)
-    scripted = getattr(code_mod, "scripted_completions", None)
-    samples = getattr(code_mod, "bundled_samples", None)
-    if demo and scripted and samples:
-        by_id = {c.id: c for c in scripted()}
-        answers = [
-            (_prompt_key(s.input), by_id[s.id].correct, by_id[s.id].wrong)
-            for s in samples()
-            if s.id in by_id
-        ]
-        out.append(DemoTask(str(demo), ["unit_tests"], answers, needs_docker=True))
+    answers = []
+    for sample in code_mod.humaneval_samples(HUMANEVAL_LIMIT):
+        prompt = sample.metadata["prompt"]
+        solution = str(sample.target)  # prompt + canonical solution
+        answers.append(
+            (
+                prompt,
+                f"```python\n{solution}\n```",
+                # a plausible wrong completion: right signature, wrong body
+                f"```python\n{prompt}    return None\n```",
+            )
+        )
+    out.append(
+        DemoTask(
+            "humaneval", ["unit_tests"], answers, args={"limit": HUMANEVAL_LIMIT}, needs_docker=True
+        )
+    )
     return out
-
-
-def _prompt_key(text: Any) -> str:
-    # a prompt is matched by a distinctive slice of it (the start of a HumanEval signature)
-    return str(text).strip()[:200]
 
 
 def make_script(tasks: list[DemoTask]) -> Callable[[str, list[dict[str, Any]]], str | int]:
@@ -98,7 +100,10 @@ def demo_config(directory: Path, tasks: list[DemoTask]) -> dict[str, Any]:
             {"name": name, "model": f"openai-api/local/{name}", "config": {"max_retries": 2}}
             for name in DEMO_MODELS
         ],
-        "tasks": [{"task": t.spec, "verifiers": t.verifiers} for t in tasks],
+        "tasks": [
+            {"task": t.spec, "verifiers": t.verifiers, **({"args": t.args} if t.args else {})}
+            for t in tasks
+        ],
         "gates": {
             "min_accuracy": 0.6,
             "max_unscored_rate": 0.05,
@@ -179,7 +184,7 @@ def run_demo(directory: Path) -> int:
             "\n[yellow]Docker Engine not reachable:[/yellow] the code task's samples are unscored "
             "(sandbox_unavailable) and its gate fails on max_unscored_rate. To enable it: "
             "`make services` (installs and starts Docker Engine, builds the sandbox image), "
-            "then `gradebook rescore --db " + str(cfg.warehouse) + "`."
+            "then `make demo` again."
         )
     elif not docker_task:
         console.print(
