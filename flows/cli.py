@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from flows.cli_cluster import cluster_app
 from flows.cli_gate import register as register_gate_commands
 from flows.cli_pipeline import register as register_pipeline_commands
 from flows.cli_sandbox import sandbox_app
@@ -21,6 +22,7 @@ register_warehouse_commands(app)
 register_gate_commands(app)
 register_pipeline_commands(app)
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(cluster_app, name="cluster")
 
 
 def main() -> None:

@@ -15,7 +15,9 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -23,6 +25,7 @@ from pydantic import (
 from warehouse.gate_rules import GateRules
 
 __all__ = [
+    "ClusterConfig",
     "ConfigError",
     "ModelConfig",
     "SweepConfig",
@@ -34,6 +37,7 @@ __all__ = [
 # Inspect model strings are "<provider>/<name>[/...]"; anything without a provider is a typo.
 _MODEL_RE = re.compile(r"^[A-Za-z0-9_.-]+/.+$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class ConfigError(ValueError):
@@ -58,6 +62,10 @@ class ModelConfig(_Strict):
             max_retries, timeout, max_connections, ...).
         work_pool: the Prefect work pool generation runs on when deployed.
         retry_on_error: how many times Inspect re-runs a sample whose generation errored.
+        args_from: "module:function" returning more model args (merged under `args`). It is
+            called wherever the config is loaded, so in cluster mode it runs on the GPU worker:
+            the way to give a model arg that is a Python object (a client, mockllm's
+            `custom_outputs`), which cannot travel to a worker as JSON.
     """
 
     model: str
@@ -67,6 +75,28 @@ class ModelConfig(_Strict):
     config: dict[str, Any] = Field(default_factory=dict)
     work_pool: str = "gpu"
     retry_on_error: Annotated[int, Field(ge=0, le=20)] = 2
+    args_from: str | None = None
+    _declared_args: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @field_validator("args_from")
+    @classmethod
+    def _factory_spec(cls, v: str | None) -> str | None:
+        if v is not None and not _FACTORY_RE.match(v):
+            raise ValueError("must be 'module:function', e.g. 'my_models:offline_args'")
+        return v
+
+    @model_validator(mode="after")
+    def _merge_factory_args(self) -> ModelConfig:
+        self._declared_args = dict(self.args)
+        if self.args_from:
+            # frozen model: the merged args are set once, here, while it is being built
+            object.__setattr__(self, "args", {**_call_args_factory(self.args_from), **self.args})
+        return self
+
+    @field_serializer("args")
+    def _dump_declared_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        # what was written in the config: the factory runs again wherever it is loaded
+        return self._declared_args if self.args_from else args
 
     @field_validator("model")
     @classmethod
@@ -124,6 +154,32 @@ class TaskConfig(_Strict):
         return self.task.rsplit("@", 1)[-1] if "@" in self.task else self.task
 
 
+class ClusterConfig(_Strict):
+    """`[cluster]`: run the sweep on Prefect work pools instead of in this process.
+
+    Present means cluster mode: each model's generation goes to its `work_pool` (a
+    `cluster-generate/<pool>` deployment), each score chunk to `score_pool`. Logs and staged
+    scores go through shared storage; only this process opens the warehouse.
+
+    Attributes:
+        staging_dir: a directory every CPU worker and this host see (relative: to the config):
+            chunk inputs and staged score files go there.
+        score_pool: the work pool that runs score chunks.
+        chunk_size: samples per score flow run (each run costs ~10 s of dispatch overhead, so
+            chunks should take much longer than that to grade).
+        chunk_retries: how many times a crashed or failed chunk is dispatched again.
+        grading_workers: grading processes per chunk on a CPU worker (default: its CPU count).
+        stage_timeout_s: give up waiting for a stage after this long.
+    """
+
+    staging_dir: Path = Path("staging")
+    score_pool: str = "cpu"
+    chunk_size: Annotated[int, Field(ge=1, le=1_000_000)] = 2000
+    chunk_retries: Annotated[int, Field(ge=0, le=20)] = 2
+    grading_workers: Annotated[int, Field(ge=1)] | None = None
+    stage_timeout_s: Annotated[float, Field(gt=0)] = 24 * 3600.0
+
+
 class SweepConfig(_Strict):
     """A whole sweep: every (model, task) pair is generated, scored and gated.
 
@@ -133,6 +189,7 @@ class SweepConfig(_Strict):
         log_dir: where Inspect writes the .eval logs (relative paths: to the config file).
         warehouse: the DuckDB file (relative paths: to the config file).
         verifier_modules: extra Python modules to import so the verifiers they register exist.
+        cluster: `[cluster]` settings; absent (the default) runs everything in this process.
     """
 
     name: str
@@ -143,6 +200,7 @@ class SweepConfig(_Strict):
     models: list[ModelConfig] = Field(min_length=1)
     tasks: list[TaskConfig] = Field(min_length=1)
     gates: GateRules = Field(default_factory=GateRules)
+    cluster: ClusterConfig | None = None
     source: Path | None = Field(default=None, exclude=True)
 
     @field_validator("name")
@@ -249,6 +307,7 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
             "log_dir": _resolve(cfg.log_dir, base),
             "warehouse": _resolve(cfg.warehouse, base),
             "tasks": [_resolve_task(t, base, source, i) for i, t in enumerate(cfg.tasks)],
+            "cluster": _resolve_cluster(cfg.cluster, base),
             "source": source,
         }
     )
@@ -278,6 +337,12 @@ def _resolve(p: Path, base: Path) -> Path:
     return p if p.is_absolute() else (base / p).resolve()
 
 
+def _resolve_cluster(cluster: ClusterConfig | None, base: Path) -> ClusterConfig | None:
+    if cluster is None:
+        return None
+    return cluster.model_copy(update={"staging_dir": _resolve(cluster.staging_dir, base)})
+
+
 def _resolve_task(task: TaskConfig, base: Path, source: Path, index: int) -> TaskConfig:
     # A file spec is resolved against the config's directory first, so a config can be run
     # from anywhere; a registered task name (no ".py") is left for Inspect to look up.
@@ -296,6 +361,22 @@ def _resolve_task(task: TaskConfig, base: Path, source: Path, index: int) -> Tas
             "current directory); give a path to a .py file with an @task, or a task name"
         )
     return task.model_copy(update={"task": f"{candidate}{sep}{name}"})
+
+
+def _call_args_factory(spec: str) -> dict[str, Any]:
+    import importlib
+
+    module, _, name = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(
+            f"cannot load {spec!r} ({exc}); install the module or put it on PYTHONPATH"
+        ) from None
+    args = factory()
+    if not isinstance(args, dict):
+        raise ValueError(f"{spec} returned {type(args).__name__}, not a dict of model args")
+    return args
 
 
 def _import_verifier_modules(modules: list[str], source: Path) -> None:

@@ -59,6 +59,7 @@ class SweepResult:
     scores: list[RunScore]
     gates: dict[str, Any] = field(default_factory=dict)  # run_id -> GateResult
     rows: list[SummaryRow] = field(default_factory=list)
+    dispatch: Any = None  # cluster mode: flows.dispatch.DispatchReport (per-stage flow runs)
 
     @property
     def exit_code(self) -> int:
@@ -183,16 +184,25 @@ def sweep_flow(
         workers: scoring worker processes (default: CPU count).
         progress: show progress bars.
         gate: run the gate step.
+
+    A config with a `[cluster]` section dispatches generation and scoring to Prefect work
+    pools (`flows.dispatch`); without one everything runs in this process.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
-    generations = generate_models(cfg)
-    logs = [g.log for g in generations if g.log]
-    plan, _ = ingest_task(str(cfg.warehouse), logs, None)
-    scores = score_runs(cfg.warehouse, plan, ScoreOptions(workers=workers, progress=progress))
+    dispatch = None
+    if cfg.cluster is not None:  # [cluster]: the stages run on Prefect work pools
+        from flows.dispatch import run_cluster_stages
+
+        generations, plan, scores, dispatch = run_cluster_stages(cfg, progress=progress)
+    else:
+        generations = generate_models(cfg)
+        logs = [g.log for g in generations if g.log]
+        plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+        scores = score_runs(cfg.warehouse, plan, ScoreOptions(workers=workers, progress=progress))
     names = sorted({n for t in cfg.tasks for n in t.verifiers})
     fingerprints = current_fingerprints(names)
     run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]
     gates = run_gates(cfg, run_ids, fingerprints) if gate and run_ids else {}
-    result = SweepResult(cfg.name, generations, scores, gates)
+    result = SweepResult(cfg.name, generations, scores, gates, dispatch=dispatch)
     result.rows = summarise(cfg, generations, fingerprints, gates)
     return result
