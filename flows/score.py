@@ -225,6 +225,17 @@ def _chunks(rows: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, An
         yield rows[i : i + size]
 
 
+def _warm_worker(modules: tuple[str, ...]) -> None:
+    import importlib
+
+    for name in modules:
+        module = importlib.import_module(name)
+        # a verifier module may offer warm_up() (e.g. math starts its symbolic worker)
+        warm_up = getattr(module, "warm_up", None)
+        if callable(warm_up):
+            warm_up()
+
+
 class _Pool:
     """A process pool that is rebuilt if a worker dies (segfault, OOM kill)."""
 
@@ -238,6 +249,15 @@ class _Pool:
             # verifier is what gets run) and inherit sys.path as it is now.
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
         return self._pool
+
+    def warm(self, modules: Sequence[str]) -> None:
+        """Start the workers now and import the verifier modules in them (not awaited), so
+        their start-up overlaps whatever the caller does next (ingest, reading samples)."""
+        if self.workers <= 1:
+            return
+        pool = self.get()
+        for _ in range(self.workers):
+            pool.submit(_warm_worker, tuple(modules))
 
     def reset(self) -> None:
         if self._pool is not None:
@@ -327,6 +347,7 @@ def score_runs(
     warehouse_path: str | Path,
     plan: dict[str, list[str]],
     opts: ScoreOptions | None = None,
+    pool: _Pool | None = None,
 ) -> list[RunScore]:
     """Score every run with its verifiers; skip samples already scored by the same fingerprint.
 
@@ -334,6 +355,7 @@ def score_runs(
         warehouse_path: the DuckDB file (the runs must be ingested already).
         plan: run_id -> names of the verifiers that score it.
         opts: pool size, chunking and limits.
+        pool: a worker pool already started (and warmed) by the caller, who closes it.
 
     Returns:
         One RunScore per (run, verifier) that had anything to do, and zero-count ones for the
@@ -349,8 +371,8 @@ def score_runs(
         for name in names:
             by_scorer.setdefault(name, []).append(run_id)
     summaries: dict[tuple[str, str], RunScore] = {}
-    workers = max(1, opts.workers or os.cpu_count() or 1)
-    pool = _Pool(workers)
+    own_pool = pool is None
+    pool = pool or _Pool(_workers(opts))
     try:
         with progress_bar() if opts.progress else _null_progress() as progress:
             for name, run_ids in by_scorer.items():
@@ -374,8 +396,13 @@ def score_runs(
                     for row in written:
                         summaries[(row["run_id"], name)].add(row)
     finally:
-        pool.close()
+        if own_pool:
+            pool.close()
     return list(summaries.values())
+
+
+def _workers(opts: ScoreOptions) -> int:
+    return max(1, opts.workers or os.cpu_count() or 1)
 
 
 class _null_progress:  # noqa: N801 - used like a context manager function
@@ -423,6 +450,36 @@ def ingest_and_plan(
     return plan, results
 
 
+def _expected_samples(logs: Sequence[str]) -> int:
+    from inspect_ai.log import read_eval_log
+
+    total = 0
+    for path in logs:
+        try:
+            spec = read_eval_log(str(path), header_only=True).eval
+        except Exception:  # an unreadable log is reported by ingest, with its name
+            continue
+        total += (spec.dataset.samples or 0) * (spec.config.epochs or 1)
+    return total
+
+
+def _verifier_modules(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[str]:
+    names = set(verifiers or [])
+    if not names:
+        for path in logs:
+            try:
+                names.update(verifiers_of_log(path)[1])
+            except Exception:  # noqa: S112 - only a warm-up hint; ingest reports bad logs
+                continue
+    modules = []
+    for name in sorted(names):
+        try:
+            modules.append(get_verifier(name).module)
+        except KeyError:
+            continue
+    return modules
+
+
 @task(name="ingest", cache_policy=NO_CACHE)
 def ingest_task(
     warehouse_path: str, logs: list[str], verifiers: list[str] | None
@@ -453,9 +510,16 @@ def score_flow(
         scored_log_dir: if set, also write a scored copy of each log there (originals are
             never modified) so `inspect view` shows the scores.
     """
-    plan, _ = ingest_task(warehouse, logs, verifiers)
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
-    summaries = score_runs(warehouse, plan, opts)
+    pool = _Pool(_workers(opts))
+    try:
+        # big logs: start the workers first, so their imports overlap the ingest
+        if _expected_samples(logs) > 2 * opts.chunk_size:
+            pool.warm(_verifier_modules(logs, verifiers))
+        plan, _ = ingest_task(warehouse, logs, verifiers)
+        summaries = score_runs(warehouse, plan, opts, pool)
+    finally:
+        pool.close()
     if scored_log_dir:
         from flows.scored_log import write_scored_logs
 
