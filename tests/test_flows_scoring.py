@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import uuid
+from pathlib import Path
 
 import flows_kit
 import pytest
@@ -134,10 +135,19 @@ def test_scoring_twice_writes_nothing_the_second_time(prefect_api, tmp_path, mon
     result = sweep_flow(cfg, workers=1, progress=False, gate=False)
     log = result.generations[0].log
     first = sum(s.written for s in result.scores)
-    again = score_flow([log], str(cfg.warehouse), progress=False)
+    before = Path(log).read_bytes()
+    copies = tmp_path / "scored"
+    again = score_flow([log], str(cfg.warehouse), progress=False, scored_log_dir=str(copies))
     assert first == 6
     assert sum(s.written for s in again) == 0
     assert _count(cfg.warehouse, "SELECT count(*) FROM scores") == [(6,)]
+    # the scored copy carries the verdicts for `inspect view`; the original is untouched
+    from inspect_ai.log import read_eval_log
+
+    copy = read_eval_log(str(copies / Path(log).name))
+    values = sorted(s.scores[name].value for s in copy.samples)
+    assert values == [0.0] + [1.0] * 5
+    assert Path(log).read_bytes() == before
 
 
 @pytest.mark.slow
