@@ -1,0 +1,233 @@
+"""Cluster mode for real: the session's Prefect server, `gpu` and `cpu` process workers as separate
+process groups, a sweep with mockllm dispatched to them, and a CPU host killed mid-chunk.
+
+Assertions come from the Prefect API (which pool and deployment each flow run used, which
+crashed) and from the warehouse (every sample scored exactly once).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import cluster_kit
+import pytest
+
+from flows.config import parse_config
+from flows.sweep import EXIT_OK, sweep_flow
+from warehouse import Warehouse
+
+TESTS = Path(__file__).resolve().parent
+N_PROBLEMS, EPOCHS = 6, 2  # 12 samples per sweep
+
+
+@pytest.fixture(scope="module")
+def cluster(prefect_api, tmp_path_factory):
+    """Pools + deployments on the session server, one gpu and one cpu worker, and a verifier
+    module both the test and the workers import. Workers die with the module (finalizer)."""
+    from flows.cluster_setup import setup_cluster, worker_env
+
+    root = tmp_path_factory.mktemp("cluster")
+    mods = root / "mods"
+    mods.mkdir()
+    verifier = f"slow_{uuid.uuid4().hex[:8]}"
+    cluster_kit.write_slow_verifier(mods, verifier, delay_s=0.5)
+    import sys
+
+    sys.path.insert(0, str(mods))
+    __import__(verifier)
+    setup_cluster()
+    env = {
+        **os.environ,
+        **worker_env(prefect_api),
+        "PYTHONPATH": os.pathsep.join([str(TESTS), str(mods), os.environ.get("PYTHONPATH", "")]),
+        "PREFECT_HOME": str(root / "worker-home"),
+    }
+    workers: list[cluster_kit.Worker] = []
+
+    def start(pool: str) -> cluster_kit.Worker:
+        w = cluster_kit.Worker(
+            pool, env, root / f"{pool}-{len(workers)}.log", f"{pool}-{len(workers)}"
+        )
+        workers.append(w)
+        return w
+
+    start("gpu")
+    start("cpu")
+    try:
+        yield {"root": root, "verifier": verifier, "start": start, "workers": workers}
+    finally:
+        for w in workers:
+            w.stop()
+        sys.path.remove(str(mods))
+
+
+def _config(tmp_path: Path, verifier: str, name: str, chunk_size: int):
+    raw = {
+        "name": name,
+        "log_dir": str(tmp_path / "logs"),
+        "warehouse": str(tmp_path / "gb.duckdb"),
+        "verifier_modules": [verifier],
+        "models": [{"name": "v1", "model": "mockllm/model", "args_from": "cluster_kit:mock_args"}],
+        "tasks": [
+            {
+                "task": f"{TESTS / 'flows_kit.py'}@arith",
+                "args": {"n": N_PROBLEMS},
+                "epochs": EPOCHS,
+                "verifiers": [verifier],
+            }
+        ],
+        "gates": {"min_accuracy": 0.5, "max_regression": None},
+        "cluster": {
+            "staging_dir": str(tmp_path / "staging"),
+            "chunk_size": chunk_size,
+            "grading_workers": 1,
+            "stage_timeout_s": 420,
+        },
+    }
+    return parse_config(raw, source=tmp_path / "sweep.toml")
+
+
+def _flow_runs(ids):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
+        names = {}
+        for r in runs:
+            if r.deployment_id not in names:
+                dep = client.read_deployment(r.deployment_id)
+                flow = client.read_flow(dep.flow_id)
+                names[r.deployment_id] = f"{flow.name}/{dep.name}"
+        return {r.id: (r, names[r.deployment_id]) for r in runs}
+
+
+def _score_counts(cfg) -> tuple[int, int, int]:
+    with Warehouse(cfg.warehouse).read() as con:
+        n, distinct = con.execute(
+            "SELECT count(*), count(DISTINCT (run_id, sample_id, epoch, scorer, fingerprint)) "
+            "FROM scores"
+        ).fetchone()
+        samples = con.execute("SELECT count(*) FROM samples").fetchone()[0]
+    return n, distinct, samples
+
+
+@pytest.mark.slow
+def test_cluster_sweep_generates_on_gpu_scores_on_cpu_and_scores_each_sample_once(
+    cluster, tmp_path
+):
+    cfg = _config(tmp_path, cluster["verifier"], "cluster-e2e", chunk_size=6)
+    t0 = time.monotonic()
+    result = sweep_flow(cfg, progress=False)
+    elapsed = time.monotonic() - t0
+
+    report = result.dispatch
+    gen, score = report.stage("generate"), report.stage("score")
+    assert len(gen) == 1 and len(score) == 2  # one model; 12 samples in chunks of 6
+    runs = _flow_runs([i for r in report.runs for i in r.flow_run_ids])
+    for r in gen:
+        fr, deployment = runs[r.flow_run_ids[-1]]
+        assert (fr.work_pool_name, deployment, fr.state.type.value) == (
+            "gpu",
+            "cluster-generate/gpu",
+            "COMPLETED",
+        )
+    for r in score:
+        fr, deployment = runs[r.flow_run_ids[-1]]
+        assert (fr.work_pool_name, deployment, fr.state.type.value) == (
+            "cpu",
+            "cluster-score/cpu",
+            "COMPLETED",
+        )
+        # principle 8: a worker is handed files, never the warehouse
+        assert not any(".duckdb" in str(v) for v in fr.parameters.values())
+
+    n, distinct, samples = _score_counts(cfg)
+    assert (n, distinct, samples) == (12, 12, 12)
+    (row,) = result.rows
+    assert (row.samples, row.scored, row.unscored, row.errored) == (12, 12, 0, 0)
+    # mockllm answers wrong on operands 2 and 5, in both epochs
+    assert row.accuracy == pytest.approx(8 / 12)
+    assert result.exit_code == EXIT_OK
+    assert not list((cfg.cluster.staging_dir / "scores").glob("*.parquet"))  # all loaded
+    print(f"cluster sweep wall time: {elapsed:.1f}s")
+
+
+def _kill_cpu_host_when_scoring(cluster, staging_dir: Path, events: dict) -> None:
+    """Wait for a score run of this sweep to be RUNNING, then kill its worker and its flow run
+    process groups (a dead host), and start a replacement cpu worker."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        FlowRunFilterTags,
+    )
+
+    deadline = time.monotonic() + 300
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline and "stop" not in events:
+            running = [
+                r
+                for r in client.read_flow_runs(
+                    flow_run_filter=FlowRunFilter(
+                        tags=FlowRunFilterTags(all_=["gradebook-cluster"]),
+                        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["RUNNING"])),
+                    )
+                )
+                if str(r.parameters.get("staging_dir", "")).startswith(str(staging_dir))
+                and r.infrastructure_pid
+            ]
+            if running:
+                time.sleep(1.0)  # mid-chunk: the verifier takes 0.5 s per sample
+                cpu = [w for w in cluster["workers"] if w.pool == "cpu" and w.proc.poll() is None]
+                for w in cpu:
+                    w.kill()
+                for r in running:
+                    cluster_kit.kill_group(
+                        int(str(r.infrastructure_pid).rsplit(":", 1)[-1]), signal.SIGKILL
+                    )
+                events["killed"] = [r.id for r in running]
+                cluster["start"]("cpu")
+                return
+            time.sleep(0.3)
+
+
+@pytest.mark.slow
+def test_a_cpu_host_dying_mid_chunk_is_retried_without_lost_or_doubled_scores(cluster, tmp_path):
+    cfg = _config(tmp_path, cluster["verifier"], "cluster-kill", chunk_size=12)
+    events: dict = {}
+    # the thread runs in a copy of this context: Prefect's settings (the API URL) live there
+    ctx = contextvars.copy_context()
+    killer = threading.Thread(
+        target=ctx.run,
+        args=(_kill_cpu_host_when_scoring, cluster, cfg.cluster.staging_dir, events),
+        daemon=True,
+    )
+    killer.start()
+    try:
+        result = sweep_flow(cfg, progress=False)
+    finally:
+        events["stop"] = True
+        killer.join(timeout=30)
+
+    assert events.get("killed"), "the score chunk was never seen RUNNING"
+    (chunk,) = result.dispatch.stage("score")
+    runs = _flow_runs(chunk.flow_run_ids)
+    states = [runs[i][0].state.type.value for i in chunk.flow_run_ids]
+    # Prefect's heartbeat automation declared the killed run Crashed; the retry completed
+    assert states[0] == "CRASHED" and states[-1] == "COMPLETED", states
+    assert chunk.flow_run_ids[0] in events["killed"]
+    assert {runs[i][0].work_pool_name for i in chunk.flow_run_ids} == {"cpu"}
+
+    n, distinct, samples = _score_counts(cfg)
+    assert (n, distinct, samples) == (12, 12, 12)
+    assert result.rows[0].scored == 12
+    assert result.dispatch.missing_scores == 0
+    assert result.exit_code == EXIT_OK
