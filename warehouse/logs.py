@@ -1,7 +1,8 @@
 """Reading Inspect logs into Arrow batches (no database access here).
 
-Inspect's own readers do the parsing, so every log version Inspect can read is readable here.
-For `.eval` logs the sample summaries say which (id, epoch) members exist; only the ones the
+A local `.eval` written by the installed Inspect version is read directly from its archive
+(warehouse.eval_archive). Every other log goes through Inspect's own readers, so every log
+version Inspect can read is readable here. For those `.eval` logs the sample summaries say which (id, epoch) members exist; only the ones the
 warehouse lacks are then read, in batches through `read_eval_log_samples_by_id` (one shared zip
 reader: `read_eval_log_samples` reopens the archive for every sample, ~13 ms each here). A
 `.json` log is one JSON document, so it is read whole.
@@ -10,10 +11,8 @@ reader: `read_eval_log_samples` reopens the archive for every sample, ~13 ms eac
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,50 +26,15 @@ from inspect_ai.log import (
     read_eval_log_samples_by_id,
 )
 
+from warehouse import eval_archive
+from warehouse.sample_rows import (
+    SampleColumns,
+    canonical_json,
+    timestamp,
+)
+
 SAMPLE_BATCH = 500
 SampleKey = tuple[str, int]
-
-SAMPLES_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("sample_id", pa.string()),
-        ("epoch", pa.int32()),
-        ("uuid", pa.string()),
-        ("input", pa.string()),
-        ("target", pa.list_(pa.string())),
-        ("completion", pa.string()),
-        ("error", pa.string()),
-        ("error_traceback", pa.string()),
-        ("output", pa.string()),
-        ("metadata", pa.string()),
-        ("store", pa.string()),
-        ("model_usage", pa.string()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("total_tokens", pa.int64()),
-        ("total_time", pa.float64()),
-        ("working_time", pa.float64()),
-        ("started_at", pa.timestamp("us", tz="UTC")),
-        ("completed_at", pa.timestamp("us", tz="UTC")),
-        ("n_messages", pa.int32()),
-        ("ingested_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
-
-MESSAGES_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("sample_id", pa.string()),
-        ("epoch", pa.int32()),
-        ("idx", pa.int32()),
-        ("role", pa.string()),
-        ("text", pa.string()),
-        ("tool_calls", pa.string()),
-        ("tool_call_id", pa.string()),
-        ("function", pa.string()),
-        ("tool_error", pa.string()),
-    ]
-)
 
 
 class LogReadError(Exception):
@@ -132,7 +96,7 @@ def run_row(header: EvalLog, path: str, sha256: str, size: int) -> RunRow:
             "task_args": _json(spec.task_args),
             "model": spec.model,
             "model_args": _json(spec.model_args),
-            "created": _timestamp(spec.created),
+            "created": timestamp(spec.created),
             "status": header.status,
             "epochs": spec.config.epochs or 1,
             "dataset_samples": spec.dataset.samples,
@@ -144,6 +108,47 @@ def run_row(header: EvalLog, path: str, sha256: str, size: int) -> RunRow:
             "eval_spec": spec.model_dump_json(exclude_none=True),
         },
     )
+
+
+def iter_sample_columns(
+    path: str,
+    header: EvalLog,
+    run_id: str,
+    have: set[SampleKey],
+    *,
+    batch_size: int = SAMPLE_BATCH,
+    fast: bool = True,
+) -> Iterator[SampleColumns]:
+    """Yield the log's samples that are not in `have` as rows, `batch_size` samples at a time.
+
+    A local `.eval` written by the installed Inspect version is read directly from the archive
+    (warehouse.eval_archive, ~20x faster); every other log through Inspect's readers. Both give
+    the same rows. A partial (cancelled, interrupted) log yields the samples it holds.
+
+    Args:
+        path: the log.
+        header: its header (`read_header`), which says who wrote it.
+        run_id: the run the rows belong to.
+        have: (sample id, epoch) pairs already stored, skipped.
+        batch_size: samples per yielded batch.
+        fast: False forces Inspect's readers (the reference the direct reader is tested against).
+
+    Raises:
+        LogReadError: the log's samples cannot be read.
+    """
+    try:
+        if fast and eval_archive.applies(path, header):
+            yield from eval_archive.iter_sample_columns(path, run_id, have, batch_size=batch_size)
+            return
+        for batch in iter_sample_batches(path, have, batch_size=batch_size):
+            columns = SampleColumns(run_id)
+            for sample in batch:
+                columns.add_sample(sample)
+            yield columns
+    except LogReadError:
+        raise
+    except Exception as exc:
+        raise LogReadError(f"{path}: unreadable samples ({_one_line(exc)})") from exc
 
 
 def iter_sample_batches(
@@ -189,72 +194,11 @@ def _json_batches(path: str, have: set[SampleKey], size: int) -> Iterator[list[E
 
 def sample_tables(run_id: str, samples: Iterable[EvalSample]) -> tuple[pa.Table, pa.Table]:
     """Arrow tables of samples and of their messages, in the warehouse's column order."""
-    now = datetime.now(UTC)
-    cols: dict[str, list[Any]] = {name: [] for name in SAMPLES_SCHEMA.names}
-    mcols: dict[str, list[Any]] = {name: [] for name in MESSAGES_SCHEMA.names}
-    for s in samples:
-        sid = str(s.id)
-        usage = s.model_usage or {}
-        output = s.output
-        cols["run_id"].append(run_id)
-        cols["sample_id"].append(sid)
-        cols["epoch"].append(s.epoch)
-        cols["uuid"].append(s.uuid)
-        cols["input"].append(
-            s.input
-            if isinstance(s.input, str)
-            else json.dumps([m.model_dump(mode="json", exclude_none=True) for m in s.input])
-        )
-        cols["target"].append([s.target] if isinstance(s.target, str) else list(s.target))
-        cols["completion"].append(output.completion if output else "")
-        cols["error"].append(s.error.message if s.error else None)
-        cols["error_traceback"].append(s.error.traceback if s.error else None)
-        cols["output"].append(output.model_dump_json(exclude_none=True) if output else None)
-        cols["metadata"].append(_json(s.metadata or {}))
-        cols["store"].append(_json(s.store or {}))
-        cols["model_usage"].append(
-            _json({m: u.model_dump(exclude_none=True) for m, u in usage.items()})
-        )
-        cols["input_tokens"].append(sum(u.input_tokens for u in usage.values()))
-        cols["output_tokens"].append(sum(u.output_tokens for u in usage.values()))
-        cols["total_tokens"].append(sum(u.total_tokens for u in usage.values()))
-        cols["total_time"].append(s.total_time)
-        cols["working_time"].append(s.working_time)
-        cols["started_at"].append(_timestamp(s.started_at))
-        cols["completed_at"].append(_timestamp(s.completed_at))
-        cols["n_messages"].append(len(s.messages))
-        cols["ingested_at"].append(now)
-        for idx, m in enumerate(s.messages):
-            mcols["run_id"].append(run_id)
-            mcols["sample_id"].append(sid)
-            mcols["epoch"].append(s.epoch)
-            mcols["idx"].append(idx)
-            mcols["role"].append(m.role)
-            mcols["text"].append(m.text)
-            calls = getattr(m, "tool_calls", None)
-            mcols["tool_calls"].append(
-                json.dumps([c.model_dump(mode="json", exclude_none=True) for c in calls])
-                if calls
-                else None
-            )
-            mcols["tool_call_id"].append(getattr(m, "tool_call_id", None))
-            mcols["function"].append(getattr(m, "function", None))
-            error = getattr(m, "error", None)
-            mcols["tool_error"].append(error.message if error else None)
-    return (
-        pa.table(cols, schema=SAMPLES_SCHEMA),
-        pa.table(mcols, schema=MESSAGES_SCHEMA),
-    )
+    columns = SampleColumns(run_id)
+    for sample in samples:
+        columns.add_sample(sample)
+    return columns.tables()
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, default=str, sort_keys=True)
-
-
-def _timestamp(value: str | datetime | None) -> datetime | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        return value
-    parsed = datetime.fromisoformat(value)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return canonical_json(value)

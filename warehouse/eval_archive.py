@@ -1,0 +1,230 @@
+"""Sample rows read straight out of a local `.eval` archive, without Inspect's pydantic models.
+
+Why: Inspect's reader validates every sample into models (~1.5 ms each here), which made ingest
+15x slower than `inspect_ai.analysis.samples_df`. A `.eval` file is a zip whose members are
+Zstandard-compressed JSON written by pydantic's serializer (`samples/<id>_epoch_<n>.json`).
+This module decompresses each member with `zstandard`, decodes only the fields the warehouse
+stores with `msgspec` (which skips the transcript `events` without building them), and keeps the
+serializer's own bytes for the `output` column.
+
+The rows must equal what Inspect's reader produces (tests/test_ingest_fast.py compares the two
+table for table), so this path is used only where that holds by construction: a local `.eval`
+written by the installed Inspect version, whose members are exactly what the same models dump.
+Everything else goes to Inspect's reader: logs from other Inspect versions (their validators may
+migrate fields on load), `.json` logs, remote paths, and, one sample at a time, any sample whose
+input or messages reference attachments or whose JSON this decoder does not accept.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+from collections.abc import Iterator
+from typing import Any
+
+import inspect_ai
+import msgspec
+import zstandard
+from inspect_ai.log import EvalLog, read_eval_log_samples_by_id
+
+from warehouse.sample_rows import SampleColumns, canonical_json, timestamp
+
+SampleKey = tuple[str, int]
+
+_SAMPLES_DIR = "samples/"
+_EPOCH_SEP = "_epoch_"
+_ZIP_ZSTD = 93  # the zip method id Inspect's writer (zipfile-zstd) uses
+_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zip local file header, 30 bytes
+# Attachment references (and their older `tc://` spelling) are resolved by Inspect's reader.
+_ATTACHMENT_MARKERS = (b"attachment://", b"tc://")
+
+
+def applies(path: str, header: EvalLog) -> bool:
+    """Whether `path` can be read by this module with rows identical to Inspect's reader."""
+    if not path.endswith(".eval") or "://" in path:
+        return False
+    packages = header.eval.packages or {}
+    return packages.get("inspect_ai") == inspect_ai.__version__
+
+
+class _Sample(msgspec.Struct):
+    id: int | str
+    epoch: int
+    input: msgspec.Raw
+    target: str | list[str]
+    messages: msgspec.Raw
+    output: msgspec.Raw = msgspec.Raw(b"null")  # msgspec cannot put Raw in a union
+    metadata: dict[str, Any] = {}
+    store: dict[str, Any] = {}
+    model_usage: dict[str, dict[str, Any]] = {}
+    error: dict[str, Any] | None = None
+    uuid: str | None = None
+    total_time: float | None = None
+    working_time: float | None = None
+    started_at: str | None = None
+    completed_at: str | None = None
+
+
+class _Message(msgspec.Struct):
+    role: str
+    content: str | list[dict[str, Any]]
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    function: str | None = None
+    error: dict[str, Any] | None = None
+
+
+class _Output(msgspec.Struct):
+    completion: str = ""
+
+
+_decode_sample = msgspec.json.Decoder(_Sample).decode
+_decode_messages = msgspec.json.Decoder(list[_Message]).decode
+_decode_output = msgspec.json.Decoder(_Output).decode
+_decode_any = msgspec.json.Decoder().decode
+
+
+class _NotFast(Exception):
+    """This sample needs Inspect's reader."""
+
+
+def iter_sample_columns(
+    path: str, run_id: str, have: set[SampleKey], *, batch_size: int
+) -> Iterator[SampleColumns]:
+    """Yield the archive's samples not in `have` as filled `SampleColumns`, `batch_size` at a time.
+
+    A member name repeated in the archive resolves to its last entry, as Inspect's readers do.
+
+    Raises:
+        zipfile.BadZipFile, OSError, zstandard.ZstdError: the archive cannot be read.
+    """
+    with zipfile.ZipFile(path) as archive:
+        # dict keeps the last entry of a repeated name (a re-logged sample supersedes)
+        members = {i.filename: i for i in archive.infolist() if i.filename.startswith(_SAMPLES_DIR)}
+        wanted = [
+            (key, info)
+            for info in members.values()
+            if (key := _member_key(info.filename)) is not None and key not in have
+        ]
+    decompressor = zstandard.ZstdDecompressor()
+    with open(path, "rb") as f:
+        for start in range(0, len(wanted), batch_size):
+            columns = SampleColumns(run_id)
+            slow: list[tuple[str, int]] = []
+            for key, info in wanted[start : start + batch_size]:
+                raw = _member_bytes(f, info, decompressor, path)
+                try:
+                    _add_raw_sample(columns, raw)
+                except (_NotFast, msgspec.DecodeError, msgspec.ValidationError):
+                    slow.append(key)
+            columns.via_inspect = len(slow)
+            if slow:
+                # Inspect finds a member by f"{id}_epoch_{epoch}", so the str id finds int ids too
+                for sample in read_eval_log_samples_by_id(
+                    path,
+                    slow,
+                    resolve_attachments=True,
+                    exclude_fields={"events"},
+                ):
+                    columns.add_sample(sample)
+            yield columns
+
+
+def _member_key(name: str) -> SampleKey | None:
+    stem = name[len(_SAMPLES_DIR) :]
+    if not stem.endswith(".json"):
+        return None
+    sid, sep, epoch = stem[: -len(".json")].rpartition(_EPOCH_SEP)
+    if not sep or not epoch.isdigit():
+        return None
+    return sid, int(epoch)
+
+
+def _member_bytes(
+    f: Any, info: zipfile.ZipInfo, decompressor: zstandard.ZstdDecompressor, path: str
+) -> bytes:
+    if info.compress_type != _ZIP_ZSTD:
+        with zipfile.ZipFile(path) as archive:  # stored/deflated members: rare, let zipfile do it
+            return archive.read(info)
+    f.seek(info.header_offset)
+    fields = _LOCAL_HEADER.unpack(f.read(_LOCAL_HEADER.size))
+    if fields[0] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"bad local header for {info.filename}")
+    name_len, extra_len = fields[-2], fields[-1]
+    f.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
+    return decompressor.decompress(f.read(info.compress_size), max_output_size=info.file_size)
+
+
+def _add_raw_sample(columns: SampleColumns, raw: bytes) -> None:
+    """Append one sample's rows, or raise `_NotFast` having appended nothing."""
+    s = _decode_sample(raw)
+    raw_input, raw_messages, raw_output = bytes(s.input), bytes(s.messages), bytes(s.output)
+    if raw_output == b"null" or any(
+        marker in raw_input or marker in raw_messages for marker in _ATTACHMENT_MARKERS
+    ):
+        raise _NotFast
+    decoded_input = _decode_any(raw_input)
+    if isinstance(decoded_input, str):
+        input_text = decoded_input
+    elif isinstance(decoded_input, list):
+        # the same Inspect version's models dump exactly these dicts back
+        input_text = json.dumps(decoded_input)
+    else:
+        raise _NotFast
+    completion = _decode_output(raw_output).completion
+    messages = _decode_messages(raw_messages)
+    try:
+        texts = [
+            m.content
+            if isinstance(m.content, str)
+            else "\n".join(c["text"] for c in m.content if c.get("type") == "text")
+            for m in messages
+        ]
+        usage = s.model_usage
+        tokens = [
+            sum(u.get(name, 0) for u in usage.values())
+            for name in ("input_tokens", "output_tokens", "total_tokens")
+        ]
+        error_message = s.error["message"] if s.error else None
+        tool_errors = [m.error["message"] if m.error else None for m in messages]
+        started, completed = timestamp(s.started_at), timestamp(s.completed_at)
+        output_text = raw_output.decode()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _NotFast from exc
+
+    sid = str(s.id)
+    columns.add_row(
+        sample_id=sid,
+        epoch=s.epoch,
+        uuid=s.uuid,
+        input=input_text,
+        target=[s.target] if isinstance(s.target, str) else s.target,
+        completion=completion,
+        error=error_message,
+        error_traceback=s.error.get("traceback") if s.error else None,
+        output=output_text,
+        metadata=canonical_json(s.metadata),
+        store=canonical_json(s.store),
+        model_usage=canonical_json(usage),
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+        total_tokens=tokens[2],
+        total_time=s.total_time,
+        working_time=s.working_time,
+        started_at=started,
+        completed_at=completed,
+        n_messages=len(messages),
+    )
+    for idx, (m, text, tool_error) in enumerate(zip(messages, texts, tool_errors, strict=True)):
+        columns.add_message(
+            sample_id=sid,
+            epoch=s.epoch,
+            idx=idx,
+            role=m.role,
+            text=text,
+            tool_calls=json.dumps(m.tool_calls) if m.tool_calls else None,
+            tool_call_id=m.tool_call_id,
+            function=m.function,
+            tool_error=tool_error,
+        )

@@ -1,0 +1,165 @@
+"""The rows a sample becomes (samples + messages tables), from either of the two log readers.
+
+Both readers (Inspect's models in warehouse.logs, the direct `.eval` archive reader in
+warehouse.eval_archive) append into one `SampleColumns`, so the column definitions and their
+JSON encodings exist once and the two paths cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from inspect_ai.log import EvalSample
+
+SAMPLES_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("sample_id", pa.string()),
+        ("epoch", pa.int32()),
+        ("uuid", pa.string()),
+        ("input", pa.string()),
+        ("target", pa.list_(pa.string())),
+        ("completion", pa.string()),
+        ("error", pa.string()),
+        ("error_traceback", pa.string()),
+        ("output", pa.string()),
+        ("metadata", pa.string()),
+        ("store", pa.string()),
+        ("model_usage", pa.string()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("total_tokens", pa.int64()),
+        ("total_time", pa.float64()),
+        ("working_time", pa.float64()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("completed_at", pa.timestamp("us", tz="UTC")),
+        ("n_messages", pa.int32()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+MESSAGES_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("sample_id", pa.string()),
+        ("epoch", pa.int32()),
+        ("idx", pa.int32()),
+        ("role", pa.string()),
+        ("text", pa.string()),
+        ("tool_calls", pa.string()),
+        ("tool_call_id", pa.string()),
+        ("function", pa.string()),
+        ("tool_error", pa.string()),
+    ]
+)
+
+
+class SampleColumns:
+    """Column lists for one batch of samples of one run; `tables()` turns them into Arrow.
+
+    Args:
+        run_id: the run every row belongs to.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.now = datetime.now(UTC)
+        self.cols: dict[str, list[Any]] = {name: [] for name in SAMPLES_SCHEMA.names}
+        self.mcols: dict[str, list[Any]] = {name: [] for name in MESSAGES_SCHEMA.names}
+        # how many of these samples the direct archive reader handed to Inspect's reader
+        self.via_inspect = 0
+
+    def __len__(self) -> int:
+        return len(self.cols["run_id"])
+
+    def add_sample(self, s: EvalSample) -> None:
+        """Append one sample read through Inspect's models (the reference encoding)."""
+        usage = s.model_usage or {}
+        output = s.output
+        self.add_row(
+            sample_id=str(s.id),
+            epoch=s.epoch,
+            uuid=s.uuid,
+            input=s.input
+            if isinstance(s.input, str)
+            else json.dumps([m.model_dump(mode="json", exclude_none=True) for m in s.input]),
+            target=[s.target] if isinstance(s.target, str) else list(s.target),
+            completion=output.completion if output else "",
+            error=s.error.message if s.error else None,
+            error_traceback=s.error.traceback if s.error else None,
+            output=output.model_dump_json(exclude_none=True) if output else None,
+            metadata=canonical_json(s.metadata or {}),
+            store=canonical_json(s.store or {}),
+            model_usage=canonical_json(
+                {m: u.model_dump(exclude_none=True) for m, u in usage.items()}
+            ),
+            input_tokens=sum(u.input_tokens for u in usage.values()),
+            output_tokens=sum(u.output_tokens for u in usage.values()),
+            total_tokens=sum(u.total_tokens for u in usage.values()),
+            total_time=s.total_time,
+            working_time=s.working_time,
+            started_at=timestamp(s.started_at),
+            completed_at=timestamp(s.completed_at),
+            n_messages=len(s.messages),
+        )
+        sid = str(s.id)
+        for idx, m in enumerate(s.messages):
+            # ToolCall is a dataclass: the message's own serializer is what dumps it
+            calls = (
+                m.model_dump(mode="json", exclude_none=True, include={"tool_calls"}).get(
+                    "tool_calls"
+                )
+                if getattr(m, "tool_calls", None)
+                else None
+            )
+            error = getattr(m, "error", None)
+            self.add_message(
+                sample_id=sid,
+                epoch=s.epoch,
+                idx=idx,
+                role=m.role,
+                text=m.text,
+                tool_calls=json.dumps(calls) if calls else None,
+                tool_call_id=getattr(m, "tool_call_id", None),
+                function=getattr(m, "function", None),
+                tool_error=error.message if error else None,
+            )
+
+    def add_row(self, **values: Any) -> None:
+        """Append one sample row; `values` are the SAMPLES_SCHEMA columns but run/ingest time."""
+        cols = self.cols
+        cols["run_id"].append(self.run_id)
+        cols["ingested_at"].append(self.now)
+        for name, value in values.items():
+            cols[name].append(value)
+
+    def add_message(self, **values: Any) -> None:
+        """Append one message row; `values` are the MESSAGES_SCHEMA columns but run_id."""
+        mcols = self.mcols
+        mcols["run_id"].append(self.run_id)
+        for name, value in values.items():
+            mcols[name].append(value)
+
+    def tables(self) -> tuple[pa.Table, pa.Table]:
+        """The samples table and the messages table, in the warehouse's column order."""
+        return (
+            pa.table(self.cols, schema=SAMPLES_SCHEMA),
+            pa.table(self.mcols, schema=MESSAGES_SCHEMA),
+        )
+
+
+def canonical_json(value: Any) -> str:
+    """The text stored in metadata-like JSON columns (sorted keys, so equal dicts compare equal)."""
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def timestamp(value: str | datetime | None) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
