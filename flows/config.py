@@ -371,11 +371,11 @@ def _call_args_factory(spec: str) -> dict[str, Any]:
         factory = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ValueError(
-            f"cannot load {spec!r} ({exc}); install the module or put it on PYTHONPATH"
+            f"args_from: cannot load {spec!r} ({exc}); install the module or put it on PYTHONPATH"
         ) from None
     args = factory()
     if not isinstance(args, dict):
-        raise ValueError(f"{spec} returned {type(args).__name__}, not a dict of model args")
+        raise ValueError(f"args_from: {spec} returned {type(args).__name__}, not a dict of args")
     return args
 
 
