@@ -2,162 +2,348 @@
 
 Python signals and threads cannot interrupt a long big-integer or sympy operation; killing a
 process can. Each call goes to an idle worker over a pipe; when the answer does not arrive by
-the deadline the worker is killed and a replacement is launched at once. Workers are forked
-from a multiprocessing 'forkserver' that has already imported the heavy modules, so a
-replacement is ready in tens of milliseconds rather than the seconds a cold sympy import takes.
-As with any non-fork multiprocessing start method, a script that calls into the pool at import
-time needs the usual `if __name__ == "__main__":` guard.
+the deadline the worker is killed.
+
+Workers are forked from a "zygote": one fresh interpreter per pool that imports the heavy
+modules once and then only forks. A new worker is therefore ready in tens of milliseconds, and
+what it costs does not depend on the caller: multiprocessing's forkserver/spawn re-import the
+caller's `__main__` in every child (for an Inspect or Prefect process, seconds of imports), and
+plain fork copies a multi-threaded caller, which is unsafe.
+
+The deadline covers the whole call: waiting for a free worker counts against it, and when none
+is free in time the call times out like a slow one. So that a kill does not leave the next call
+waiting for a replacement, the pool keeps a spare worker started ahead of need: whenever a call
+takes an idle worker, a new one is launched in the background, so it has a whole call's
+duration to become ready. Only the very first start of a pool in a process (the zygote
+importing sympy, about a second, once) is outside any deadline; `warm()` does it ahead of time.
 
 The pool is created lazily, is per process (a forked child gets its own), survives across
-calls and is shut down at interpreter exit.
+calls and is shut down at exit.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib
-import multiprocessing as mp
 import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import recv_handle, send_handle
+from pathlib import Path
 from typing import Any
 
 # Memory cap per worker: a runaway expansion fails with MemoryError instead of swapping the host.
 WORKER_MEMORY_BYTES = 2 * 1024**3
-# Waiting for a worker to start is not charged to the call's deadline, but is bounded.
+# The one-time boot of a pool (zygote start + first worker) is bounded by this, not by a call's
+# deadline; a worker that takes longer to start is treated as broken.
 STARTUP_TIMEOUT_S = 60.0
+_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 class WorkerTimeout(TimeoutError):
-    """The call did not finish within its deadline; its worker was killed and replaced."""
+    """The call did not finish within its deadline (its worker, if it had one, was killed)."""
 
 
 class WorkerFailed(RuntimeError):
-    """The worker raised or died while running the call."""
+    """The worker raised or died while running the call, or workers cannot be started."""
+
+
+class _Zygote:
+    """A fresh interpreter that imports `preload` once, then forks workers on request."""
+
+    def __init__(self, preload: Sequence[str]) -> None:
+        ours, theirs = socket.socketpair()
+        code = f"import sys; sys.path.insert(0, {_ROOT!r}); import scorers.bounded as b; " \
+            f"b._zygote_main({theirs.fileno()})"  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
+        )
+        theirs.close()
+        self.sock = ours
+        self.conn = Connection(os.dup(ours.fileno()))
+        self.lock = threading.Lock()
+        self.conn.send((list(sys.path), tuple(preload), WORKER_MEMORY_BYTES))
+        if not self.conn.poll(STARTUP_TIMEOUT_S):
+            self.close()
+            raise WorkerFailed(f"verification zygote did not start within {STARTUP_TIMEOUT_S:g} s")
+        status, payload = self.conn.recv()
+        if status != "ready":
+            self.close()
+            raise WorkerFailed(f"verification worker failed to start: {payload}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def fork(self) -> tuple[int, Connection]:
+        """A new worker: its pid and the parent end of its pipe."""
+        with self.lock:
+            self.conn.send("fork")
+            if not self.conn.poll(STARTUP_TIMEOUT_S):
+                raise WorkerFailed("verification zygote stopped answering")
+            status, payload = self.conn.recv()
+            if status != "forked":
+                raise WorkerFailed(f"verification zygote could not fork: {payload}")
+            fd = recv_handle(self.sock)
+        return payload, Connection(fd)
+
+    def close(self) -> None:
+        """Closing its channel makes the zygote exit, and its workers die with it."""
+        self.conn.close()
+        self.sock.close()
+        threading.Thread(target=self._reap, daemon=True).start()
+
+    def _reap(self) -> None:
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class _Worker:
-    def __init__(self, preload: Sequence[str]) -> None:
-        ctx = mp.get_context("forkserver")
-        # Only effective before the forkserver starts: it imports these once, and every worker
-        # forked from it starts with them already loaded (tens of ms instead of seconds).
-        # "__main__" too: otherwise every forked worker re-imports the caller's main module
-        # (for an Inspect or Prefect process, seconds of imports) before it can serve.
-        ctx.set_forkserver_preload(["__main__", *preload])
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve_pipe, args=(child, tuple(preload)), daemon=True)
-        self.proc.start()
-        child.close()
-        self.ready = False
+    def __init__(self, zygote: _Zygote) -> None:
+        self.pid, self.conn = zygote.fork()
+        # A pidfd names this very process: a kill can never hit a recycled pid.
+        try:
+            self.pidfd: int | None = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
 
-    def wait_ready(self) -> None:
-        if self.ready:
-            return
-        if not self.conn.poll(STARTUP_TIMEOUT_S):
-            self.kill()
-            raise WorkerFailed("verification worker did not start")
+    def wait_ready(self, timeout: float) -> None:
+        if not self.conn.poll(timeout):
+            raise WorkerFailed(f"verification worker did not start within {timeout:g} s")
         status, payload = self.conn.recv()
         if status != "ready":
             raise WorkerFailed(f"verification worker failed to start: {payload}")
-        self.ready = True
-
-    def send(self, obj: Any) -> None:
-        self.conn.send(obj)
-
-    def recv(self) -> Any:
-        return self.conn.recv()
-
-    def readable(self, timeout: float) -> bool:
-        return self.conn.poll(max(0.0, timeout))
 
     def kill(self) -> None:
-        self.proc.kill()
-        self.proc.join(timeout=5)
-        self.conn.close()
+        """SIGKILL now; the zygote (its parent) reaps it, so the caller never waits."""
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, OSError):
+            pass  # already gone
+        finally:
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+                self.pidfd = None
+            self.conn.close()
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of a pool: workers idle and ready, busy with a call, and still starting."""
+
+    idle: int
+    busy: int
+    starting: int
+    kills: int
+    idle_pids: tuple[int, ...]
 
 
 class BoundedPool:
     """Run module-level functions in worker processes with a hard wall-clock deadline.
 
     Args:
-        size: most workers alive at once; calls beyond that wait for an idle worker.
+        size: most calls running at once; further calls wait (charged to their deadline).
         preload: modules each worker imports before serving (so calls do not pay for them).
+        spares: idle workers kept started ahead of need, so a kill is replaced at once.
     """
 
-    def __init__(self, size: int = 2, preload: Sequence[str] = ()) -> None:
+    def __init__(self, size: int = 2, preload: Sequence[str] = (), spares: int = 1) -> None:
         self.size = max(1, size)
+        self.spares = max(0, spares)
         self.preload = tuple(preload)
         self._idle: list[_Worker] = []
-        self._alive = 0
+        self._busy = 0
+        self._starting = 0
+        self._booted = False
+        self._start_error: str | None = None
         self._cond = threading.Condition()
         self._closed = False
+        self._zygote: _Zygote | None = None
+        self._zygote_lock = threading.Lock()
         self.kills = 0
 
-    def _acquire(self) -> _Worker:
+    # -- worker supply ----------------------------------------------------------------------
+    def _top_up_locked(self) -> None:
+        """Launch workers until `spares` are idle or starting, within size + spares in total."""
+        if self._closed:
+            return
+        cap = self.size + self.spares
+        want = max(self.spares, 1) - len(self._idle) - self._starting
+        room = cap - len(self._idle) - self._starting - self._busy
+        for _ in range(max(0, min(want, room))):
+            self._starting += 1
+            threading.Thread(target=self._launch, daemon=True, name="bounded-pool-launch").start()
+
+    def _get_zygote(self) -> _Zygote:
+        with self._zygote_lock:
+            if self._zygote is None or not self._zygote.alive():
+                if self._zygote is not None:
+                    self._zygote.close()
+                self._zygote = None
+                if self._closed:
+                    raise WorkerFailed("pool is shut down")
+                self._zygote = _Zygote(self.preload)
+            return self._zygote
+
+    def _launch(self) -> None:
+        worker: _Worker | None = None
+        try:
+            worker = _Worker(self._get_zygote())
+            worker.wait_ready(STARTUP_TIMEOUT_S)
+        except BaseException as exc:  # noqa: BLE001 - reported to every waiting caller
+            if worker is not None:
+                worker.kill()
+            with self._cond:
+                self._starting -= 1
+                self._start_error = str(exc) or type(exc).__name__
+                self._cond.notify_all()
+            return
+        with self._cond:
+            self._starting -= 1
+            if self._closed:
+                worker.kill()
+                return
+            self._start_error = None
+            self._booted = True
+            self._idle.append(worker)
+            self._cond.notify_all()
+
+    def _acquire(self, deadline: float) -> _Worker:
         with self._cond:
             while True:
                 if self._closed:
                     raise WorkerFailed("pool is shut down")
-                if self._idle:
+                if self._idle and self._busy < self.size:
                     worker = self._idle.pop()
-                    break
-                if self._alive < self.size:
-                    self._alive += 1
-                    worker = None
-                    break
-                self._cond.wait()
-        try:
-            worker = worker or _Worker(self.preload)
-            worker.wait_ready()
-            return worker
-        except BaseException:
-            self._release(None)
-            raise
+                    self._busy += 1
+                    # The spare that replaces this one starts now, while the call runs.
+                    self._top_up_locked()
+                    return worker
+                if self._start_error is not None and not self._starting and not self._idle:
+                    # Report a broken start once instead of relaunching in a loop; the next
+                    # call tries again.
+                    error, self._start_error = self._start_error, None
+                    raise WorkerFailed(error)
+                self._top_up_locked()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WorkerTimeout("no verification worker became free before the deadline")
+                self._cond.wait(remaining)
 
-    def _release(self, worker: _Worker | None) -> None:
+    def _release(self, worker: _Worker) -> None:
         with self._cond:
-            if worker is None or self._closed:
-                self._alive -= 1
+            self._busy -= 1
+            if self._closed:
+                worker.kill()
             else:
                 self._idle.append(worker)
-            self._cond.notify()
+            self._cond.notify_all()
 
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._cond:
+            self.kills += 1
+            self._busy -= 1
+            self._top_up_locked()
+            self._cond.notify_all()
+
+    # -- public -----------------------------------------------------------------------------
     def warm(self) -> None:
-        """Start one worker now so the first call does not wait for it."""
-        self._release(self._acquire())
+        """Boot the pool now: start its workers and wait until the first is ready.
 
-    def call(self, func: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
-        """Run `func(*args)` in a worker; raise WorkerTimeout after `timeout_s` seconds."""
-        worker = self._acquire()
+        Once the pool has booted this only tops up the spare and returns at once.
+
+        Raises:
+            WorkerFailed: a worker could not be started within STARTUP_TIMEOUT_S.
+        """
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        with self._cond:
+            self._top_up_locked()
+            while not self._booted:
+                if self._closed:
+                    raise WorkerFailed("pool is shut down")
+                if self._start_error is not None and not self._starting:
+                    error, self._start_error = self._start_error, None
+                    raise WorkerFailed(error)
+                self._top_up_locked()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WorkerFailed("verification worker did not start")
+                self._cond.wait(remaining)
+
+    def call(self, func: Callable[..., Any] | str, *args: Any, timeout_s: float) -> Any:
+        """Run `func(*args)` in a worker; raise WorkerTimeout once `timeout_s` has passed.
+
+        The time spent waiting for a free worker is part of `timeout_s`. The first call in a
+        process boots the pool first (see the module docstring), outside the deadline.
+
+        Args:
+            func: a module-level function, or its "module:qualname" (then the caller never
+                imports the module itself, which for sympy saves seconds and memory).
+            args: picklable arguments.
+            timeout_s: wall-clock limit for waiting for a worker plus running the call.
+        """
+        if isinstance(func, str):
+            module, _, qualname = func.partition(":")
+        else:
+            module, qualname = func.__module__, func.__qualname__
+        if not self._booted:
+            self.warm()
         deadline = time.monotonic() + timeout_s
+        worker = self._acquire(deadline)
         try:
-            worker.send((func.__module__, func.__qualname__, args))
-            if not worker.readable(deadline - time.monotonic()):
+            worker.conn.send((module, qualname, args))
+            if not worker.conn.poll(max(0.0, deadline - time.monotonic())):
                 raise WorkerTimeout(f"no result within {timeout_s:g} s")
-            status, payload = worker.recv()
+            status, payload = worker.conn.recv()
         except WorkerTimeout:
-            self._replace(worker)
+            self._discard(worker)
             raise
         except (EOFError, OSError) as exc:
-            self._replace(worker)
+            self._discard(worker)
             raise WorkerFailed(f"worker died: {exc}") from exc
+        except BaseException:
+            # Interrupted mid-call (KeyboardInterrupt...): the worker's state is unknown.
+            self._discard(worker)
+            raise
         self._release(worker)
         if status == "error":
             raise WorkerFailed(payload)
         return payload
 
-    def _replace(self, worker: _Worker) -> None:
-        self.kills += 1
-        worker.kill()
+    def stats(self) -> PoolStats:
         with self._cond:
-            if self._closed:
-                self._alive -= 1
-                return
-            # Launch the successor now; it finishes importing while the caller moves on.
-            self._idle.append(_Worker(self.preload))
-            self._cond.notify()
+            return PoolStats(
+                idle=len(self._idle),
+                busy=self._busy,
+                starting=self._starting,
+                kills=self.kills,
+                idle_pids=tuple(w.pid or 0 for w in self._idle),
+            )
+
+    def wait_spares(self, timeout: float = STARTUP_TIMEOUT_S) -> bool:
+        """Block until no worker is still starting and one is idle (or `timeout`); True if so."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._starting or not self._idle:
+                self._top_up_locked()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    return False
+                self._cond.wait(remaining)
+            return True
 
     def shutdown(self) -> None:
         with self._cond:
@@ -166,6 +352,10 @@ class BoundedPool:
             self._cond.notify_all()
         for w in workers:
             w.kill()
+        with self._zygote_lock:
+            if self._zygote is not None:
+                self._zygote.close()
+                self._zygote = None
 
 
 _POOLS: dict[tuple[int, tuple[str, ...]], BoundedPool] = {}
@@ -191,19 +381,80 @@ def _shutdown_all() -> None:
             pool.shutdown()
 
 
-def _serve_pipe(conn: Connection, preload: Sequence[str]) -> None:
-    try:
-        import resource
+def _zygote_main(fd: int) -> None:
+    """The zygote's loop: import the preload modules once, then fork a worker per request.
 
-        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-    except (ImportError, ValueError, OSError):
-        pass
+    Single-threaded on purpose, so os.fork() is safe. Exits when the pool's end closes.
+    """
+    sock = socket.socket(fileno=fd)
+    conn = Connection(os.dup(fd))
+    sys_path, preload, memory_bytes = conn.recv()
+    sys.path[:] = sys_path
     try:
         for name in preload:
             importlib.import_module(name)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - reported to the pool, which reports it on
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
+    conn.send(("ready", None))
+    zygote_pid = os.getpid()
+    while True:
+        _reap()
+        try:
+            if not conn.poll(0.5):
+                continue
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request != "fork":
+            continue
+        parent_end, child_end = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _die_with_parent(zygote_pid)
+                sock.close()
+                conn.close()
+                parent_end.close()
+                _serve_pipe(Connection(child_end.detach()), memory_bytes)
+            finally:
+                os._exit(0)
+        child_end.close()
+        conn.send(("forked", pid))
+        send_handle(sock, parent_end.fileno(), os.getppid())
+        parent_end.close()
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGKILL this worker when the zygote exits, even mid-computation."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # elsewhere a worker still exits at its next read, when its pipe closes
+    if os.getppid() != parent:  # the zygote died before prctl took effect
+        os._exit(0)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _serve_pipe(conn: Connection, memory_bytes: int) -> None:
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    except (ImportError, ValueError, OSError):
+        pass
     conn.send(("ready", None))
     while True:
         try:

@@ -12,6 +12,7 @@ deadline, so no input can hold a caller longer than `timeout_s`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -41,6 +42,8 @@ __all__ = [
 
 DEFAULT_TIMEOUT_S = 2.0
 _SYMBOLIC_MODULES = ("scorers._symbolic",)
+# Named, not imported: only the workers load sympy (seconds of import, charged to no caller).
+_COMPARE_SYMBOLIC = "scorers._symbolic:compare_symbolic"
 
 Reason = Literal[
     "verified_equal",
@@ -81,8 +84,11 @@ def verify(
     Args:
         candidate: the extracted answer (None when extraction found nothing).
         reference: the task's target answer (trusted, but checked: unparseable is a defect).
-        timeout_s: hard wall-clock limit for the symbolic comparison.
+        timeout_s: hard wall-clock limit for the whole call: parsing, the exact comparison and
+            any wait for a symbolic worker count against it. (Only the one-time start of the
+            worker pool in a fresh process does not; `warm_up()` does it ahead of time.)
     """
+    started = time.monotonic()
     try:
         ref = parse_answer(reference)
     except ParseError as exc:
@@ -104,11 +110,12 @@ def verify(
         pass
     except RecursionError:
         return Verdict(False, "limit_exceeded", "answer too deeply nested", "exact")
-    from scorers._symbolic import compare_symbolic
-
     pool = shared_pool(_SYMBOLIC_MODULES)
     try:
-        equal = pool.call(compare_symbolic, cand, ref, timeout_s=timeout_s)
+        remaining = timeout_s - (time.monotonic() - started)
+        if remaining <= 0:
+            raise WorkerTimeout("deadline spent before the symbolic comparison")
+        equal = pool.call(_COMPARE_SYMBOLIC, cand, ref, timeout_s=remaining)
     except WorkerTimeout:
         return Verdict(
             False, "timeout", f"verification timed out after {timeout_s:g} s", "symbolic"

@@ -1,0 +1,191 @@
+"""The killable worker pool behind the math verifier's hard deadline (scorers.bounded)."""
+
+from __future__ import annotations
+
+import operator
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from scorers.bounded import BoundedPool, WorkerFailed, WorkerTimeout
+from scorers.math import verify, warm_up
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def pool():
+    # No preload: these tests are about the pool, not sympy, and boot in a fraction of a second.
+    p = BoundedPool(size=1, preload=())
+    p.warm()
+    yield p
+    p.shutdown()
+
+
+def test_call_returns_the_result(pool: BoundedPool) -> None:
+    assert pool.call(operator.add, 2, 3, timeout_s=10) == 5
+    assert pool.call("operator:mul", 4, 5, timeout_s=10) == 20
+
+
+def test_the_replacement_after_a_kill_was_started_before_the_kill(pool: BoundedPool) -> None:
+    pool.call(operator.add, 1, 1, timeout_s=10)
+    assert pool.wait_spares(timeout=30)
+    before = set(pool.stats().idle_pids)
+    assert len(before) >= 2  # the worker that served the call, plus the spare started for it
+    with pytest.raises(WorkerTimeout):
+        pool.call(pow, 10, 10**12, timeout_s=0.3)  # C-level big-int work: only a kill stops it
+    stats = pool.stats()
+    assert stats.kills == 1
+    # Whatever serves the next call is a worker that already existed before the kill.
+    assert set(stats.idle_pids) and set(stats.idle_pids) <= before
+    assert pool.call(operator.add, 2, 2, timeout_s=10) == 4
+
+
+def test_waiting_for_a_free_worker_counts_against_the_deadline(pool: BoundedPool) -> None:
+    results: list[object] = []
+    busy = threading.Thread(target=lambda: results.append(pool.call(time.sleep, 3, timeout_s=30)))
+    busy.start()
+    while pool.stats().busy == 0:
+        time.sleep(0.01)
+    start = time.monotonic()
+    with pytest.raises(WorkerTimeout, match="no verification worker became free"):
+        pool.call(operator.add, 1, 2, timeout_s=0.5)
+    assert time.monotonic() - start < 0.5 + 0.5
+    busy.join()
+    assert results == [None]  # the busy call was not disturbed
+    assert pool.stats().kills == 0
+
+
+def test_a_worker_that_dies_is_a_failure_and_is_replaced(pool: BoundedPool) -> None:
+    with pytest.raises(WorkerFailed, match="worker died"):
+        pool.call(os._exit, 3, timeout_s=10)
+    assert pool.call(operator.add, 1, 2, timeout_s=10) == 3
+
+
+def test_an_exception_in_the_call_is_reported_and_the_worker_kept(pool: BoundedPool) -> None:
+    with pytest.raises(WorkerFailed, match="ZeroDivisionError"):
+        pool.call(operator.truediv, 1, 0, timeout_s=10)
+    assert pool.stats().kills == 0
+    assert pool.call(operator.truediv, 1, 4, timeout_s=10) == 0.25
+
+
+def test_a_worker_that_cannot_start_is_reported_not_retried_forever() -> None:
+    broken = BoundedPool(size=1, preload=("gradebook_no_such_module",))
+    try:
+        for _ in range(2):  # every call says why; none hangs or loops on relaunching
+            with pytest.raises(WorkerFailed, match="gradebook_no_such_module"):
+                broken.call(operator.add, 1, 2, timeout_s=5)
+    finally:
+        broken.shutdown()
+
+
+def test_shutdown_stops_the_workers_and_refuses_calls() -> None:
+    p = BoundedPool(size=1, preload=())
+    p.warm()
+    zygote = p._zygote
+    assert zygote is not None and zygote.alive()
+    p.shutdown()
+    zygote.proc.wait(timeout=10)
+    with pytest.raises(WorkerFailed, match="shut down"):
+        p.call(operator.add, 1, 2, timeout_s=5)
+
+
+def test_workers_do_not_re_execute_the_callers_main_module(tmp_path: Path) -> None:
+    # multiprocessing's spawn/forkserver re-run the caller's __main__ in every child; for an
+    # Inspect or Prefect process that is seconds per replacement worker.
+    marker = tmp_path / "imports"
+    script = tmp_path / "caller.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(REPO)!r})
+            with open({str(marker)!r}, "a") as f:
+                f.write("x")
+            from scorers.bounded import BoundedPool, WorkerTimeout
+            pool = BoundedPool(size=1, preload=())
+            try:
+                pool.call(pow, 10, 10**12, timeout_s=0.3)
+            except WorkerTimeout:
+                pass
+            print(pool.call(max, 3, 4, timeout_s=10))
+            pool.shutdown()
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "4"
+    assert marker.read_text() == "x"
+
+
+@pytest.mark.slow
+def test_verify_times_out_when_every_worker_is_busy() -> None:
+    warm_up()
+    slow = "x^{x^{x^{x^{x}}}}"  # sympy grinds on this until the worker is killed
+    verdicts = []
+    threads = [
+        threading.Thread(target=lambda: verdicts.append(verify(slow, "x^2+2x+1", timeout_s=3)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # both workers of the 2-worker pool are now busy
+    start = time.monotonic()
+    verdict = verify("(x+1)^2", "x^2+2x+1", timeout_s=0.5)
+    elapsed = time.monotonic() - start
+    for t in threads:
+        t.join()
+    assert (verdict.equal, verdict.reason) == (False, "timeout")
+    assert elapsed < 0.5 + 0.5
+    assert [v.reason for v in verdicts] == ["timeout", "timeout"]
+    assert verify("(x+1)^2", "x^2+2x+1").equal
+
+
+def test_a_busy_worker_dies_when_the_calling_process_is_killed(tmp_path: Path) -> None:
+    # SIGKILL gives the caller no chance to clean up; its worker, stuck in C-level work that
+    # would run for hours, must not survive it.
+    script = tmp_path / "caller.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, threading, time
+            sys.path.insert(0, {str(REPO)!r})
+            from scorers.bounded import BoundedPool
+            pool = BoundedPool(size=1, preload=())
+            pool.warm()
+            print(pool.stats().idle_pids[-1], flush=True)
+            threading.Thread(target=pool.call, args=(pow, 10, 10**13), kwargs={{"timeout_s": 600}},
+                             daemon=True).start()
+            time.sleep(600)
+            """
+        )
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(proc.stdout.readline())
+        time.sleep(0.5)  # the worker is now inside pow()
+        assert Path(f"/proc/{worker}").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    for _ in range(200):
+        if not _running(worker):
+            break
+        time.sleep(0.05)
+    assert not _running(worker)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
