@@ -120,3 +120,16 @@ def test_a_missing_deployment_says_to_run_setup(prefect_api):
 
     with pytest.raises(DispatchError, match="gradebook cluster setup"):
         _check_deployments(["cluster-score/no-such-pool"])
+
+
+@pytest.mark.parametrize("name", ["docker-pool.json", "kubernetes-pool.json"])
+def test_example_pool_templates_declare_every_placeholder_they_use(name):
+    import json
+    import re
+
+    path = TESTS.parent / "infra" / "cluster" / "templates" / name
+    template = json.loads(path.read_text())
+    used = set(re.findall(r"{{\s*(\w+)\s*}}", json.dumps(template["job_configuration"])))
+    declared = set(template["variables"]["properties"])
+    assert used - declared == set(), f"{name}: placeholders without a variable"
+    assert {"image", "env"} <= declared
