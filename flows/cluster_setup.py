@@ -82,12 +82,8 @@ def _ensure_pool(client: Any, name: str) -> None:
     except ObjectNotFound:
         pool = None
     if pool is not None:
-        if pool.type != "process":
-            raise RuntimeError(
-                f"work pool {name!r} exists with type {pool.type!r}; gradebook's scripts create "
-                "process pools (see infra/cluster/templates/ for Docker and Kubernetes): delete "
-                "it or deploy to it yourself"
-            )
+        # an existing pool is kept whatever its type: a Docker or Kubernetes pool made from
+        # infra/cluster/templates runs the same deployments (its image holds the same checkout)
         return
     try:
         client.create_work_pool(
@@ -171,7 +167,7 @@ def setup_cluster(
             path on every worker host.
 
     Raises:
-        RuntimeError: no Prefect server at PREFECT_API_URL, or a pool of another type exists.
+        RuntimeError: PREFECT_API_URL is not set.
     """
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
