@@ -8,7 +8,8 @@ Math-Verify's test-suite), math/other_grader_tests.jsonl (54 labels from three o
 gsm8k/gsm8k_model_solutions_labeled.jsonl (5,276 real GSM8K solutions, end-to-end extraction).
 
 Extraction for the Math-Verify rows follows each row's `match_types`: "latex" maps to our
-final_answer/boxed/last_math/whole strategies, "expr" adds last_number. Labels we dispute are
+final_answer/boxed/last_math/whole strategies, "expr" uses last_value (the later of the last
+math span and a bare number after it) and last_number. Labels we dispute are
 listed with the reason (DISPUTED below); agreement is reported on all labels and on the
 undisputed ones, and the bar is judged on the latter.
 """
@@ -37,8 +38,9 @@ DISPUTED = {
     "test_number_extraction[6]": "decimal comma: '1,22' is a list of 1 and 22, not 1.22",
     "test_number_extraction[7]": "decimal comma: '2,74' is a list of 2 and 74, not 2.74",
     "test_number_extraction[17]": "decimal comma: '0,111' is a list of 0 and 111, not 0.111",
-    "test_set_rel_assymetry[3]": "label holds only under allow_set_relation_comp=False; "
-    "the same pair with arguments swapped is labelled equal (row 186)",
+    "test_set_rel_assymetry[3]": "the same pair is labelled equal with "
+    "allow_set_relation_comp=True (row 186), and swapped, under the same setting (row 185): "
+    "'-2 <= x <= 7' and 'x in [-2,7]' are one set, and a symmetric verifier cannot match both",
     "test_string_extraction[9]": "1 + 1/e is not 1 - 1/e (Math-Verify's string-fallback label)",
 }
 
@@ -66,10 +68,11 @@ def _is_truncated_decimal(text: str) -> bool:
 
 
 def patterns_for(match_types: object) -> list[str]:
-    pats = ["answer_line", "final_answer", "boxed", "last_math", "whole"]
     if "expr" in str(match_types) or "defaults" in str(match_types):
-        pats.append("last_number")
-    return pats
+        # Math-Verify's expr extraction also reads bare numbers, and takes the rightmost
+        # match among equally ranked ones: last_value is that rule for math spans vs numbers.
+        return ["answer_line", "final_answer", "boxed", "last_value", "whole", "last_number"]
+    return ["answer_line", "final_answer", "boxed", "last_math", "whole"]
 
 
 def ours(candidate: str, reference: str, match_types: object) -> bool:

@@ -61,34 +61,115 @@ def reduce_relation(node: tuple) -> tuple:
             return exprs[0]
     if len(exprs) >= 3:
         exprs = [exprs[0], exprs[-1]] if is_name(exprs[0]) else [exprs[-1]]
+    if len(exprs) == 2 and is_constant(exprs[0]) and is_constant(exprs[1]):
+        # `\frac12 \cdot \frac{20}{9} = \frac{10}{9}`: a computation shown, then its result.
+        # Only between constants: `0 = x^2 - 1` stays an equation.
+        return exprs[1]
     if len(exprs) == 1:
         return exprs[0]
     return ("rel", ["="], exprs)
 
 
+_ARITHMETIC = {"num", "add", "mul", "neg", "div", "pow", "fact", "func"}
+
+
+def is_constant(node: tuple) -> bool:
+    """Arithmetic on numbers (and pi) only: no variables, text, relations or structures."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        kind = cur[0]
+        if kind == "sym":
+            if cur[1] != "pi":
+                return False
+        elif kind not in _ARITHMETIC:
+            return False
+        elif kind == "func":
+            stack.extend(cur[2])
+        elif kind in ("add", "mul"):
+            stack.extend(cur[1])
+        elif kind != "num":
+            stack.extend(c for c in cur[1:] if isinstance(c, tuple))
+    return True
+
+
 def as_set(node: tuple) -> tuple | None:
-    """An inequality in one named variable as an interval (or union), else None."""
+    """A condition on one variable (`x > 2`, `1 <= |z| < 3`, `x \\in S`) as the set of the
+    variable's values: an interval or a union of intervals. None when it is not one."""
     if node[0] != "rel":
         return None
     ops, exprs = node[1], node[2]
     if ops == ["in"] and len(exprs) == 2:
-        return exprs[1]
+        # Only a plain name: `x^2 \\in [1, 4]` is not the statement `x \\in [1, 4]`.
+        return exprs[1] if _is_variable(exprs[0]) and exprs[0][0] != "func" else None
     oo = ("sym", "oo")
     if len(ops) == 1 and ops[0] in _FLIP:
         op, lhs, rhs = ops[0], exprs[0], exprs[1]
-        if not is_name(lhs):
+        if not _is_variable(lhs):
             lhs, rhs, op = rhs, lhs, _FLIP[op]
-            if not is_name(lhs):
+            if not _is_variable(lhs):
                 return None
         if op in ("<", "<="):
-            return ("interval", ("neg", oo), rhs, False, op == "<=")
-        return ("interval", rhs, oo, op == ">=", False)
-    if len(ops) == 2 and is_name(exprs[1]) and not is_name(exprs[0]):
+            lo, hi, lo_closed, hi_closed = ("neg", oo), rhs, False, op == "<="
+        else:
+            lo, hi, lo_closed, hi_closed = rhs, oo, op == ">=", False
+    elif len(ops) == 2 and _is_variable(exprs[1]) and not is_name(exprs[0]):
+        lhs = exprs[1]
         if set(ops) <= {"<", "<="}:
-            return ("interval", exprs[0], exprs[2], ops[0] == "<=", ops[1] == "<=")
-        if set(ops) <= {">", ">="}:
-            return ("interval", exprs[2], exprs[0], ops[1] == ">=", ops[0] == ">=")
-    return None
+            lo, hi, lo_closed, hi_closed = exprs[0], exprs[2], ops[0] == "<=", ops[1] == "<="
+        elif set(ops) <= {">", ">="}:
+            lo, hi, lo_closed, hi_closed = exprs[2], exprs[0], ops[1] == ">=", ops[0] == ">="
+        else:
+            return None
+    else:
+        return None
+    if lhs[0] == "func":  # |x| within [lo, hi]: x in [-hi, -lo] U [lo, hi]
+        return _abs_range(lo, hi, lo_closed, hi_closed)
+    return ("interval", lo, hi, lo_closed, hi_closed)
+
+
+def _is_variable(node: tuple) -> bool:
+    """A plain name (x, x_1, f(x) -- juxtaposed names), or its absolute value |x|.
+
+    Not -x, x+y, x^y, x/y or sin x: for those the set of x differs from the written bound.
+    """
+    if node[0] == "func" and node[1] == "abs" and len(node[2]) == 1:
+        node = node[2][0]
+    if node[0] == "mul":
+        return all(_is_variable(f) and f[0] != "func" for f in node[1])
+    return node[0] == "sym" and node[1] not in ("oo", "pi")
+
+
+def _abs_range(lo: tuple, hi: tuple, lo_closed: bool, hi_closed: bool) -> tuple | None:
+    """The x with lo (<|<=) |x| (<|<=) hi, for exact rational or infinite bounds; else None."""
+    oo = ("sym", "oo")
+    neg_oo = ("neg", oo)
+    lo_v = None if lo == neg_oo else _rational(lo)
+    hi_v = None if hi == oo else _rational(hi)
+    if (lo != neg_oo and lo_v is None) or (hi != oo and hi_v is None):
+        return None  # symbolic bounds: their sign is unknown here
+    if lo_v is not None and lo_v < 0:
+        lo, lo_v, lo_closed = neg_oo, None, False  # |x| > -1 says nothing
+    if hi_v is not None and (hi_v < 0 or (hi_v == 0 and not hi_closed)):
+        return None  # empty
+    if lo_v is not None and hi_v is not None and lo_v >= hi_v:
+        return None  # empty or single points: not written as a range in practice
+    if lo_v is None or (lo_v == 0 and lo_closed):
+        # No lower bound in effect: one interval symmetric about 0.
+        if hi_v is None:
+            return None  # all reals, written as a condition: not compared
+        return ("interval", ("neg", hi), hi, hi_closed, hi_closed)
+    upper_outer = neg_oo if hi_v is None else ("neg", hi)
+    right = ("interval", lo, oo if hi_v is None else hi, lo_closed, hi_closed and hi_v is not None)
+    left = ("interval", upper_outer, ("neg", lo), hi_closed and hi_v is not None, lo_closed)
+    return ("union", [left, right])
+
+
+def _rational(node: tuple) -> Fraction | None:
+    try:
+        return exact_value(node)
+    except (NeedSymbolic, LimitExceeded, ZeroDivisionError):
+        return None
 
 
 def expand_pm(node: object) -> list:

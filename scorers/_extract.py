@@ -7,6 +7,8 @@ Strategies are tried in order and the first that finds something wins. Built-in 
     gsm8k         the last `#### <value>` line
     final_answer  "Final Answer: The final answer is X. I hope it is correct."
     last_math     the last $...$, $$...$$, \\(...\\) or \\[...\\] span (joined like boxes)
+    last_value    like last_math, but a bare number written after the last span wins
+                  ("... $x=3$ ... Therefore there are 12 ways." -> 12); None without spans
     whole         the entire text, when it is short and parses as an answer by itself
     last_number   the last number (or simple fraction) in the text
 Any other string is a regular expression with one group, matched line by line from the end.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from scorers._mathparse import UNIT_WORDS
 
 DEFAULT_PATTERNS: tuple[str, ...] = ("answer_line", "boxed", "gsm8k")
 # Tail scanned by the free-text strategies: a final answer sits at the end of a completion,
@@ -37,7 +41,24 @@ _NUMBER = re.compile(
 _PROSE_WORD = re.compile(
     r"(?<![\\a-zA-Z])(?!(?:and|or|sin|cos|tan|sec|csc|cot|log|exp|sqrt|frac|pi)\b)[a-zA-Z]{3,}"
 )
+# Words that make a number in a sentence something other than the answer itself.
+_QUALIFIERS = frozenset(
+    """
+    not no never neither nor cannot except without approximately approx about around roughly
+    nearly almost least most more less fewer over under between than maybe perhaps probably
+    possibly either estimate estimated
+    """.split()
+)
+_NUMBER_WORDS = frozenset(
+    """
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+    fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty
+    ninety hundred thousand million billion half third quarter twice double triple once
+    """.split()
+)
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 _BOX_GAP_WORDS = re.compile(r"\b(?:and|or)\b|[,;]", re.IGNORECASE)
+_GAP_CONTENT = re.compile(r"[A-Za-z0-9=<>]")
 
 
 def extract_answer(text: str, patterns: Sequence[str] = DEFAULT_PATTERNS) -> str | None:
@@ -151,7 +172,12 @@ def _join(text: str, spans: list[tuple[int, int, str]]) -> str:
         gap_clean = re.sub(
             r"\\(?:text|mbox|textnormal)\{([^{}]*)\}|\\quad|\\qquad|\$|\\[()\[\]]", r" \1 ", gap
         )
-        if len(gap_clean) > 60 or not (_BOX_GAP_WORDS.search(gap_clean) or not gap_clean.strip()):
+        if len(gap_clean) > 60:
+            break
+        # Joined: boxes separated by and/or/commas (a hedge stays a two-element answer) or by
+        # nothing but symbols ("\\boxed{35} ++++ \\boxed{4}"). Not joined: words or a relation
+        # between them ("\\boxed{4} then \\boxed{5}" is a correction; "= \\boxed{5}" a result).
+        if not (_BOX_GAP_WORDS.search(gap_clean) or not _GAP_CONTENT.search(gap_clean)):
             break
         chosen.insert(0, prev)
     parts = list(dict.fromkeys(c[2].strip() for c in chosen))
@@ -174,12 +200,26 @@ def _final_answer(text: str) -> str | None:
     seg = " " + seg
     is_at = seg.rfind(" is ")
     seg = seg[is_at + 4 :] if is_at >= 0 else seg
-    spans = _math_spans(seg)
-    return spans[-1] if spans else seg.strip().rstrip(".")
+    spans = _math_span_pos(seg)
+    if spans:  # "is $12$ and $13$": one two-element answer, like joined boxes
+        return _join(seg, spans)
+    value = seg.strip().rstrip(".")
+    return _sole_number(value) or value
 
 
-def _math_spans(text: str) -> list[str]:
-    return [s[2] for s in _math_span_pos(text)]
+def _sole_number(sentence: str) -> str | None:
+    """The number a prose sentence states ("Jane started Sphere 3 hours ago" -> "3").
+
+    Only when it is the sentence's one number, and no word negates, bounds or hedges it
+    ("not 3", "at least 3", "about 3") or could be a second number in words ("3 of the two").
+    """
+    words = [w.lower() for w in _PROSE_WORD.findall(sentence)]
+    if not any(w not in UNIT_WORDS for w in words):
+        return None  # not prose: "3 hours" is parsed as an answer as it stands
+    if any(w in _QUALIFIERS or w in _NUMBER_WORDS for w in words) or "n't" in sentence:
+        return None
+    numbers = _NUMBER.findall(sentence)
+    return numbers[0].rstrip(",") if len(numbers) == 1 else None
 
 
 def _math_span_pos(text: str) -> list[tuple[int, int, str]]:
@@ -210,6 +250,34 @@ def _whole(text: str) -> str | None:
     return text
 
 
+def _last_value(text: str) -> str | None:
+    """The last math span, or a bare number written after it when that is the last value.
+
+    "... $d = \\frac{90}{n}$ ... Therefore, there are 12 sequences." -> "12". None when the
+    text has no math span at all: then `whole` and `last_number` are the strategies to use. A
+    number in a sentence that negates or hedges it ("so 12 is not divisible by 5") is refused.
+    """
+    tail = text[-TAIL_CHARS:]
+    spans = _math_span_pos(tail)
+    if not spans:
+        return None
+    after = spans[-1][1]
+    last = None
+    for m in _NUMBER.finditer(tail, after):
+        last = m
+    if last is None:
+        return _join(tail, spans)
+    start = after
+    for m in _SENTENCE_END.finditer(tail, after, last.start()):
+        start = m.end()
+    stop = _SENTENCE_END.search(tail, last.end())
+    sentence = tail[start : stop.start() if stop else len(tail)]
+    words = {w.lower() for w in _PROSE_WORD.findall(sentence)}
+    if words & _QUALIFIERS or "n't" in sentence:
+        return None
+    return last.group().rstrip(",")
+
+
 def _last_number(text: str) -> str | None:
     last = None
     for m in _NUMBER.finditer(text[-TAIL_CHARS:]):
@@ -223,6 +291,7 @@ _STRATEGIES = {
     "gsm8k": _gsm8k,
     "final_answer": _final_answer,
     "last_math": _last_math,
+    "last_value": _last_value,
     "last_number": _last_number,
     "whole": _whole,
 }

@@ -15,6 +15,7 @@ Tree nodes (tuples, first item is the kind):
     ("interval", lo, hi, lo_closed, hi_closed) ("union", [nodes]) ("matrix", [[nodes]])
     ("rel", [ops], [nodes])      chained relation, ops in = < <= > >= != ~ in
     ("ratio", [nodes])           a:b
+    ("bigop", "sum"|"prod", var, lo, hi, body)   \\sum_{var=lo}^{hi} body, never evaluated
     ("text", words)              a textual answer, normalised
 """
 
@@ -45,7 +46,8 @@ _PRE_SUBS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\\(?:d|t|c)frac"), r"\\frac"),
     (re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])\.?"), ""),
     (re.compile(r",\\!\s*"), ","),
-    (re.compile(r"\{,\}"), ","),
+    # {,} is LaTeX's spacing-free comma (14{,}916); model output often pads it: 14 {, }916.
+    (re.compile(r"\s*\{\s*,\s*\}\s*"), ","),
     (re.compile(r"\\q?quad|\\(?:!|,|;|:|displaystyle|textstyle|limits)(?![a-zA-Z])"), " "),
     (re.compile(r"(?<!\\)\\ "), " "),
     (re.compile(r"~"), " "),
@@ -319,20 +321,26 @@ class _Parser:
         return ("list", items)
 
     def parse_list(self, end: str | None) -> list[tuple]:
-        items: list[tuple] = []
+        groups: list[list[tuple]] = [[]]
         while True:
             while self.at_separator():
-                self.next()
+                if self.next()[1] == ";" and groups[-1]:
+                    groups.append([])
             kind, value = self.peek()
             if kind == "eof" or (end is not None and value in end):
                 break
-            items.append(self.parse_relation())
+            groups[-1].append(self.parse_relation())
             self.skip_trailing_units()
             if not self.at_separator():
                 break
-        if not items:
+        groups = [g for g in groups if g]
+        if not groups:
             raise ParseError("empty list")
-        return items
+        width = len(groups[0])
+        if end is None and len(groups) > 1 and width > 1 and all(len(g) == width for g in groups):
+            # "p=5, q=2; p=7, q=2": semicolons separate solutions, commas their components.
+            return [("tuple", g) for g in groups]
+        return [item for g in groups for item in g]
 
     def skip_trailing_units(self) -> None:
         while True:
@@ -638,10 +646,27 @@ class _Parser:
             inner = self.parse_expr(0)
             self.next()
             return ("func", "floor" if name == "lfloor" else "ceiling", [inner])
-        if name in ("sum", "prod", "int", "lim", "oint"):
+        if name in ("sum", "prod"):
+            return self.parse_big_operator(name)
+        if name in ("int", "lim", "oint"):
             raise ParseError(f"unsupported command {cmd}")
         # Any other macro is a name (\zzz, \ell, \hbar): compared by name, never expanded.
         return self.parse_subscript(("sym", name))
+
+    def parse_big_operator(self, name: str) -> tuple:
+        """`\\sum_{k=lo}^{hi} body`; the body is one product term, as for `\\sin 2x`."""
+        if self.peek()[1] != "_" or self.peek(1)[1] != "{":
+            raise ParseError(f"\\{name} needs a range written _{{k=a}}^{{b}}")
+        self.next()
+        bound = self.parse_group("{", "}")
+        if not (bound[0] == "rel" and bound[1] == ["="] and bound[2][0][0] == "sym"):
+            raise ParseError(f"\\{name} needs a range written _{{k=a}}^{{b}}")
+        if self.peek()[1] != "^":
+            raise ParseError(f"\\{name} needs an upper limit")
+        self.next()
+        hi = self.parse_arg()
+        body = self.parse_expr(15)
+        return ("bigop", name, bound[2][0][1], bound[2][1], hi, body)
 
     def parse_environment(self) -> tuple:
         self.expect("{")

@@ -40,23 +40,28 @@ _FUNCS = {
 }
 
 
-def to_sympy(node: tuple) -> sympy.Basic:
+_BIG_OPS = {"sum": sympy.Function("Σ"), "prod": sympy.Function("Π")}
+
+
+def to_sympy(node: tuple, bound: frozenset[str] = frozenset()) -> sympy.Basic:
+    """The sympy object for a parsed tree. `bound`: names bound by an enclosing \\sum/\\prod,
+    which are variables even when spelled like a constant (the index i is not sqrt(-1))."""
     kind = node[0]
     if kind == "num":
         return Rational(node[1].numerator, node[1].denominator)
     if kind == "sym":
         name = node[1]
-        return _CONST.get(name) or Symbol(name)
+        return Symbol(name) if name in bound else (_CONST.get(name) or Symbol(name))
     if kind == "add":
-        return sympy.Add(*[to_sympy(t) for t in node[1]])
+        return sympy.Add(*[to_sympy(t, bound) for t in node[1]])
     if kind == "mul":
-        return sympy.Mul(*[to_sympy(t) for t in node[1]])
+        return sympy.Mul(*[to_sympy(t, bound) for t in node[1]])
     if kind == "neg":
-        return -to_sympy(node[1])
+        return -to_sympy(node[1], bound)
     if kind == "div":
-        return to_sympy(node[1]) / to_sympy(node[2])
+        return to_sympy(node[1], bound) / to_sympy(node[2], bound)
     if kind == "pow":
-        base, exp = to_sympy(node[1]), to_sympy(node[2])
+        base, exp = to_sympy(node[1], bound), to_sympy(node[2], bound)
         if exp.is_Number and abs(exp) > MAX_EXPONENT and base not in (0, 1, -1):
             raise LimitExceeded(f"exponent above {MAX_EXPONENT}")
         if exp.is_number and not exp.is_Number:
@@ -66,12 +71,12 @@ def to_sympy(node: tuple) -> sympy.Basic:
                 raise LimitExceeded(f"exponent above {MAX_EXPONENT}")
         return sympy.Pow(base, exp)
     if kind == "fact":
-        arg = to_sympy(node[1])
+        arg = to_sympy(node[1], bound)
         if arg.is_Number and arg > MAX_FACTORIAL:
             raise LimitExceeded(f"factorial argument above {MAX_FACTORIAL}")
         return sympy.factorial(arg)
     if kind == "func":
-        name, args = node[1], [to_sympy(a) for a in node[2]]
+        name, args = node[1], [to_sympy(a, bound) for a in node[2]]
         if name == "sqrt" and len(args) == 1:
             return sympy.sqrt(args[0])
         if name == "root" and len(args) == 2:
@@ -83,8 +88,17 @@ def to_sympy(node: tuple) -> sympy.Basic:
         if name == "log" and len(args) == 2:
             return sympy.log(args[0], args[1])
         raise NeedSymbolic
+    if kind == "bigop":
+        # Compared as written, never evaluated: an opaque application of Σ/Π to (index, lo,
+        # hi, body). Equal arguments give equal sums, so this can only miss an equality, never
+        # invent one. Evaluating would be unsound here: subscripted names like F_k are opaque
+        # symbols that do not depend on k.
+        _, name, var, lo, hi, body = node
+        inner = bound | {var}
+        return _BIG_OPS[name](Symbol(var), to_sympy(lo, bound), to_sympy(hi, bound),
+                              to_sympy(body, inner))  # fmt: skip
     if kind == "matrix":
-        return sympy.ImmutableMatrix([[to_sympy(x) for x in row] for row in node[1]])
+        return sympy.ImmutableMatrix([[to_sympy(x, bound) for x in row] for row in node[1]])
     raise NeedSymbolic
 
 
