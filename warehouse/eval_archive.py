@@ -32,6 +32,11 @@ from warehouse.sample_rows import SampleColumns, canonical_json, timestamp
 
 SampleKey = tuple[str, int]
 
+# Samples per write transaction on this path: each transaction costs a connect and a checkpoint
+# (~60 ms here), so batches are larger than Inspect's path's; the byte cap bounds memory.
+DIRECT_BATCH = 5000
+DIRECT_BATCH_BYTES = 64 << 20
+
 _SAMPLES_DIR = "samples/"
 _EPOCH_SEP = "_epoch_"
 _ZIP_ZSTD = 93  # the zip method id Inspect's writer (zipfile-zstd) uses
@@ -90,11 +95,18 @@ class _NotFast(Exception):
 
 
 def iter_sample_columns(
-    path: str, run_id: str, have: set[SampleKey], *, batch_size: int
+    path: str,
+    run_id: str,
+    have: set[SampleKey],
+    *,
+    batch_size: int = DIRECT_BATCH,
+    max_batch_bytes: int = DIRECT_BATCH_BYTES,
 ) -> Iterator[SampleColumns]:
-    """Yield the archive's samples not in `have` as filled `SampleColumns`, `batch_size` at a time.
+    """Yield the archive's samples not in `have` as filled `SampleColumns`.
 
-    A member name repeated in the archive resolves to its last entry, as Inspect's readers do.
+    A batch holds at most `batch_size` samples and stops growing once its members' decompressed
+    size reaches `max_batch_bytes` (long agent transcripts make fewer samples per batch). A
+    member name repeated in the archive resolves to its last entry, as Inspect's readers do.
 
     Raises:
         zipfile.BadZipFile, OSError, zstandard.ZstdError: the archive cannot be read.
@@ -109,10 +121,10 @@ def iter_sample_columns(
         ]
     decompressor = zstandard.ZstdDecompressor()
     with open(path, "rb") as f:
-        for start in range(0, len(wanted), batch_size):
+        for batch in _batches(wanted, batch_size, max_batch_bytes):
             columns = SampleColumns(run_id)
             slow: list[tuple[str, int]] = []
-            for key, info in wanted[start : start + batch_size]:
+            for key, info in batch:
                 raw = _member_bytes(f, info, decompressor, path)
                 try:
                     _add_raw_sample(columns, raw)
@@ -129,6 +141,21 @@ def iter_sample_columns(
                 ):
                     columns.add_sample(sample)
             yield columns
+
+
+def _batches(
+    wanted: list[tuple[SampleKey, zipfile.ZipInfo]], size: int, max_bytes: int
+) -> Iterator[list[tuple[SampleKey, zipfile.ZipInfo]]]:
+    batch: list[tuple[SampleKey, zipfile.ZipInfo]] = []
+    nbytes = 0
+    for item in wanted:
+        batch.append(item)
+        nbytes += item[1].file_size
+        if len(batch) >= size or nbytes >= max_bytes:
+            yield batch
+            batch, nbytes = [], 0
+    if batch:
+        yield batch
 
 
 def _member_key(name: str) -> SampleKey | None:

@@ -116,7 +116,7 @@ def iter_sample_columns(
     run_id: str,
     have: set[SampleKey],
     *,
-    batch_size: int = SAMPLE_BATCH,
+    batch_size: int | None = None,
     fast: bool = True,
 ) -> Iterator[SampleColumns]:
     """Yield the log's samples that are not in `have` as rows, `batch_size` samples at a time.
@@ -130,7 +130,8 @@ def iter_sample_columns(
         header: its header (`read_header`), which says who wrote it.
         run_id: the run the rows belong to.
         have: (sample id, epoch) pairs already stored, skipped.
-        batch_size: samples per yielded batch.
+        batch_size: samples per yielded batch; None for each reader's default (500 through
+            Inspect, up to 5,000 or 64 MB of sample JSON through the archive).
         fast: False forces Inspect's readers (the reference the direct reader is tested against).
 
     Raises:
@@ -138,9 +139,11 @@ def iter_sample_columns(
     """
     try:
         if fast and eval_archive.applies(path, header):
-            yield from eval_archive.iter_sample_columns(path, run_id, have, batch_size=batch_size)
+            yield from eval_archive.iter_sample_columns(
+                path, run_id, have, batch_size=batch_size or eval_archive.DIRECT_BATCH
+            )
             return
-        for batch in iter_sample_batches(path, have, batch_size=batch_size):
+        for batch in iter_sample_batches(path, have, batch_size=batch_size or SAMPLE_BATCH):
             columns = SampleColumns(run_id)
             for sample in batch:
                 columns.add_sample(sample)

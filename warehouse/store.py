@@ -18,11 +18,14 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from warehouse import logs
 from warehouse.connection import DEFAULT_LOCK_TIMEOUT_S, connect, one
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
+from warehouse.prefetch import prefetch
+from warehouse.query_migrations import flip_pairs_select
 from warehouse.schema import SAMPLES_TO_SCORE_SCHEMA, conform_scores
 
 DEFAULT_DB = "gradebook.duckdb"
@@ -135,7 +138,7 @@ class Warehouse:
         paths: Sequence[str | Path],
         *,
         progress: bool = False,
-        batch_size: int = logs.SAMPLE_BATCH,
+        batch_size: int | None = None,
         direct_read: bool = True,
     ) -> list[IngestResult]:
         """Ingest Inspect logs; idempotent, and a log that grew adds only its new samples.
@@ -147,7 +150,8 @@ class Warehouse:
         Args:
             paths: `.eval` / `.json` logs, local paths or fsspec URLs Inspect can read.
             progress: show a rich progress bar.
-            batch_size: samples per write transaction.
+            batch_size: samples per write transaction (default: 500 through Inspect's reader,
+                up to 5,000 or 64 MB of sample JSON through the direct archive reader).
             direct_read: read `.eval` logs written by the installed Inspect version straight
                 from the archive (same rows, ~20x faster); False always uses Inspect's readers.
 
@@ -168,7 +172,9 @@ class Warehouse:
                 bar.advance(overall)
         return results
 
-    def _ingest_one(self, path: str, batch_size: int, bar: Any, direct_read: bool) -> IngestResult:
+    def _ingest_one(
+        self, path: str, batch_size: int | None, bar: Any, direct_read: bool
+    ) -> IngestResult:
         try:
             logs.check_log_path(path)
             header = logs.read_header(path)
@@ -202,10 +208,10 @@ class Warehouse:
 
         added = 0
         try:
-            for columns in logs.iter_sample_columns(
+            batches = logs.iter_sample_columns(
                 path, header, run.run_id, have, batch_size=batch_size, fast=direct_read
-            ):
-                samples, messages = columns.tables()
+            )
+            for samples, messages in prefetch(columns.tables() for columns in batches):
                 with self.write() as con:
                     added += _append_samples(con, samples, messages)
                     _refresh_run_counts(con, run.run_id, "partial")
@@ -378,10 +384,7 @@ def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
         # Duplicate keys inside one batch are collapsed explicitly to one row each (which one is
         # unspecified: the same verifier fingerprint on the same sample gives the same verdict),
         # then the batch is anti-joined against what is stored.
-        inserted = one(
-            con.execute(
-                """
-            INSERT INTO wh.scores
+        new_rows = """
             SELECT * FROM (
                 SELECT DISTINCT ON (run_id, sample_id, epoch, scorer, fingerprint) *
                 FROM _incoming_scores
@@ -391,12 +394,23 @@ def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
                 WHERE s.run_id = b.run_id AND s.sample_id = b.sample_id AND s.epoch = b.epoch
                   AND s.scorer = b.scorer AND s.fingerprint = b.fingerprint
             )
-            """
-            )
-        )
+        """
+        # grade_flips reads wh.flip_pairs: add the pairs these rows form, before they are stored
+        # (so a pair among stored rows is never added twice) and in the same transaction
+        pairs = flip_pairs_select("_new", "wh.scores", both_orientations=True)
+        if _mixes_fingerprints(table):
+            pairs += " UNION ALL " + flip_pairs_select("_new", "_new", both_orientations=False)
+        con.execute(f"INSERT INTO wh.flip_pairs WITH _new AS MATERIALIZED ({new_rows}) {pairs}")
+        inserted = one(con.execute(f"INSERT INTO wh.scores {new_rows}"))
         return int(inserted[0]) if inserted else 0
     finally:
         con.unregister("_incoming_scores")
+
+
+def _mixes_fingerprints(table: pa.Table) -> bool:
+    """Whether some scorer has more than one fingerprint in `table` (pairs within the batch)."""
+    counts = table.group_by("scorer").aggregate([("fingerprint", "count_distinct")])
+    return table.num_rows > 0 and pc.max(counts.column("fingerprint_count_distinct")).as_py() > 1
 
 
 def _append_samples(con: duckdb.DuckDBPyConnection, samples: pa.Table, messages: pa.Table) -> int:
