@@ -171,3 +171,16 @@ def test_migrating_a_v4_file_fills_flip_pairs(pair, tmp_path):
     with wh.read() as con:  # opening upgrades it
         upgraded = con.sql("SELECT * FROM grade_flips ORDER BY ALL").fetchall()
     assert upgraded == _rows(current, "SELECT * FROM grade_flips ORDER BY ALL")
+
+
+def test_gate_lookups_leave_the_connection_usable_for_sql(pair):
+    # DuckDB 2.0 refuses con.sql() after an execute() whose result was read with fetchone()
+    from warehouse.gates import GateRules, _find_baseline, resolve_run_id
+
+    current, _ = pair
+    with Warehouse(current).read() as con:
+        assert resolve_run_id(con, "r-b") == "r-b"
+        assert con.sql("SELECT count(*) FROM runs").fetchall() == [(3,)]
+        run = {"task": "t", "model": "m", "run_id": "r-b", "created": T0 + timedelta(days=5)}
+        assert _find_baseline(con, run, GateRules()) == (None, None)
+        assert con.sql("SELECT count(*) FROM runs").fetchall() == [(3,)]

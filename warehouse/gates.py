@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from warehouse.connection import one
 from warehouse.gate_rules import (
     GateResult,
     GateRules,
@@ -50,7 +51,7 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] = ()) 
 
 def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     """The full run id for `run_id` or a unique prefix of it (>= 6 characters); None if unknown."""
-    exact = con.execute("SELECT run_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    exact = one(con.execute("SELECT run_id FROM runs WHERE run_id = ?", [run_id]))
     if exact:
         return exact[0]
     if len(run_id) < 6:
@@ -166,13 +167,15 @@ def _find_baseline(
                 "run id (see `SELECT run_id, task, model, created FROM runs`)"
             )
         return resolved, None
-    row = con.execute(
-        "SELECT g.run_id FROM latest_gates g JOIN runs r USING (run_id) "
-        "WHERE g.verdict = 'pass' AND r.task = ? AND r.model = ? AND r.run_id <> ? "
-        "  AND r.created < ? "
-        "ORDER BY r.created DESC, r.run_id DESC LIMIT 1",
-        [run["task"], run["model"], run["run_id"], run["created"]],
-    ).fetchone()
+    row = one(
+        con.execute(
+            "SELECT g.run_id FROM latest_gates g JOIN runs r USING (run_id) "
+            "WHERE g.verdict = 'pass' AND r.task = ? AND r.model = ? AND r.run_id <> ? "
+            "  AND r.created < ? "
+            "ORDER BY r.created DESC, r.run_id DESC LIMIT 1",
+            [run["task"], run["model"], run["run_id"], run["created"]],
+        )
+    )
     return (row[0] if row else None), None
 
 
