@@ -166,23 +166,34 @@ def bench_ingest(n: int, work: Path) -> Row:
 
 
 def bench_queries(n: int, work: Path) -> list[Row]:
-    """n score rows: 2 fingerprints of one scorer over n/2 (run, sample) keys, ~2% flips."""
+    """n score rows: 2 fingerprints of one scorer over n/2 (run, sample) keys, ~2% flips.
+
+    Written through `Warehouse.write_scores` (the only write path, which also maintains the
+    flip pairs `grade_flips` reads): the first fingerprint in one write, the second as a
+    re-score in chunks of 1,000,000 rows, like `gradebook rescore` after a verifier change.
+    """
     wh = Warehouse(work / "queries.duckdb")
-    with wh.write() as con:
-        per_fp = n // 2
-        con.execute(
-            f"""
-            INSERT INTO wh.scores
-            SELECT 'run-' || (i // 5000) AS run_id, 's' || (i % 5000) AS sample_id, 1 AS epoch,
-                   'math', fp, 'scored',
-                   CASE WHEN fp = 'fp2' AND hash(i) % 50 = 0 THEN 1.0 - (hash(i) % 2)
-                        ELSE (hash(i) % 2)::DOUBLE END AS value,
-                   (i % 97)::VARCHAR, 'explanation', 'reason', '{{}}',
-                   TIMESTAMPTZ '2026-01-01' + to_days(CASE fp WHEN 'fp1' THEN 0 ELSE 1 END),
-                   0.001
-            FROM range({per_fp}) r(i), (VALUES ('fp1'), ('fp2')) f(fp)
-            """
-        )
+    per_fp = n // 2
+    gen = duckdb.connect()  # generates the rows; the warehouse file is written by wh only
+    chunk = min(per_fp, 1_000_000)
+    for fp, day in (("fp1", 0), ("fp2", 1)):
+        for start in range(0, per_fp, chunk):
+            rows = gen.sql(
+                f"""
+                SELECT 'run-' || (i // 5000) AS run_id, 's' || (i % 5000) AS sample_id,
+                       1::INTEGER AS epoch, 'math' AS scorer, '{fp}' AS fingerprint,
+                       'scored' AS status,
+                       CASE WHEN '{fp}' = 'fp2' AND hash(i) % 50 = 0 THEN 1.0 - (hash(i) % 2)
+                            ELSE (hash(i) % 2)::DOUBLE END AS value,
+                       (i % 97)::VARCHAR AS answer, 'explanation' AS explanation,
+                       'reason' AS reason, '{{}}' AS metadata,
+                       TIMESTAMPTZ '2026-01-01' + to_days({day}) AS scored_at,
+                       0.001 AS duration_s
+                FROM range({start}, {min(start + chunk, per_fp)}) r(i)
+                """
+            ).to_arrow_table()
+            wh.write_scores(rows.cast(SCORE_SCHEMA))
+    gen.close()
     with wh.read() as con:
         total = con.execute("SELECT count(*) FROM wh.scores").fetchall()[0][0]
         anchor_s, _ = best_of(

@@ -89,9 +89,16 @@ def pair(tmp_path_factory):
         )
     shuffled = rows[:]
     rng.shuffle(shuffled)
-    # batches mixing fingerprints, plus a rewrite of rows already stored (must add nothing)
-    for start in range(0, len(shuffled), 50):
-        current.write_scores(pa.Table.from_pylist(shuffled[start : start + 50], SCORE_SCHEMA))
+    # half in batches mixing fingerprints, half one (scorer, fingerprint) per batch like a
+    # re-score, then a rewrite of rows already stored (must add nothing)
+    half = len(shuffled) // 2
+    for start in range(0, half, 50):
+        current.write_scores(
+            pa.Table.from_pylist(shuffled[start : min(start + 50, half)], SCORE_SCHEMA)
+        )
+    for scorer, fp in sorted({(r["scorer"], r["fingerprint"]) for r in shuffled[half:]}):
+        same = [r for r in shuffled[half:] if (r["scorer"], r["fingerprint"]) == (scorer, fp)]
+        current.write_scores(pa.Table.from_pylist(same, SCORE_SCHEMA))
     assert current.write_scores(pa.Table.from_pylist(shuffled[:200], SCORE_SCHEMA)) == 0
 
     old_path = d / "v4.duckdb"

@@ -395,22 +395,53 @@ def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
                   AND s.scorer = b.scorer AND s.fingerprint = b.fingerprint
             )
         """
+        if not _may_form_flips(con, table):
+            inserted = one(con.execute(f"INSERT INTO wh.scores {new_rows}"))
+            return int(inserted[0]) if inserted else 0
         # grade_flips reads wh.flip_pairs: add the pairs these rows form, before they are stored
         # (so a pair among stored rows is never added twice) and in the same transaction
-        pairs = flip_pairs_select("_new", "wh.scores", both_orientations=True)
-        if _mixes_fingerprints(table):
-            pairs += " UNION ALL " + flip_pairs_select("_new", "_new", both_orientations=False)
-        con.execute(f"INSERT INTO wh.flip_pairs WITH _new AS MATERIALIZED ({new_rows}) {pairs}")
-        inserted = one(con.execute(f"INSERT INTO wh.scores {new_rows}"))
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _new_scores AS {new_rows}")
+        try:
+            pairs = flip_pairs_select("_new_scores", "wh.scores", both_orientations=True)
+            pairs += " UNION ALL " + flip_pairs_select(
+                "_new_scores", "_new_scores", both_orientations=False
+            )
+            con.execute(f"INSERT INTO wh.flip_pairs {pairs}")
+            inserted = one(con.execute("INSERT INTO wh.scores SELECT * FROM _new_scores"))
+        finally:
+            con.execute("DROP TABLE IF EXISTS _new_scores")
         return int(inserted[0]) if inserted else 0
     finally:
         con.unregister("_incoming_scores")
 
 
-def _mixes_fingerprints(table: pa.Table) -> bool:
-    """Whether some scorer has more than one fingerprint in `table` (pairs within the batch)."""
-    counts = table.group_by("scorer").aggregate([("fingerprint", "count_distinct")])
-    return table.num_rows > 0 and pc.max(counts.column("fingerprint_count_distinct")).as_py() > 1
+def _may_form_flips(con: duckdb.DuckDBPyConnection, table: pa.Table) -> bool:
+    """False when no row of `table` can pair with another (the common first scoring of a run).
+
+    A pair needs two fingerprints of one scorer on one run: within the batch, or one in the
+    batch and another already stored for the same scorer and run.
+    """
+    per_scorer = table.group_by(["scorer", "fingerprint"]).aggregate([])
+    if per_scorer.num_rows != pc.count_distinct(per_scorer.column("scorer")).as_py():
+        return True
+    found = one(
+        con.execute(
+            """
+            SELECT EXISTS (
+                SELECT 1 FROM wh.scores s
+                JOIN (SELECT unnest($1::VARCHAR[]) AS scorer, unnest($2::VARCHAR[]) AS fp) b
+                  ON s.scorer = b.scorer AND s.fingerprint <> b.fp
+                WHERE s.run_id IN (SELECT unnest($3::VARCHAR[]))
+            )
+            """,
+            [
+                per_scorer.column("scorer").to_pylist(),
+                per_scorer.column("fingerprint").to_pylist(),
+                pc.unique(table.column("run_id")).to_pylist(),
+            ],
+        )
+    )
+    return bool(found and found[0])
 
 
 def _append_samples(con: duckdb.DuckDBPyConnection, samples: pa.Table, messages: pa.Table) -> int:
