@@ -383,12 +383,23 @@ def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
     try:
         # Duplicate keys inside one batch are collapsed explicitly to one row each (which one is
         # unspecified: the same verifier fingerprint on the same sample gives the same verdict),
-        # then the batch is anti-joined against what is stored.
-        new_rows = """
-            SELECT * FROM (
-                SELECT DISTINCT ON (run_id, sample_id, epoch, scorer, fingerprint) *
-                FROM _incoming_scores
-            ) b
+        # then the batch is anti-joined against what is stored. DISTINCT ON doubles the cost of
+        # a large write, so it runs only when the key hashes say there may be duplicates
+        # (distinct hashes prove distinct keys; a collision only costs the DISTINCT ON).
+        maybe_dupes = one(
+            con.execute(
+                "SELECT count(*) - count(DISTINCT hash(run_id, sample_id, epoch, scorer, "
+                "fingerprint)) FROM _incoming_scores"
+            )
+        )
+        batch = (
+            "(SELECT DISTINCT ON (run_id, sample_id, epoch, scorer, fingerprint) * "
+            "FROM _incoming_scores)"
+            if maybe_dupes and maybe_dupes[0]
+            else "_incoming_scores"
+        )
+        new_rows = f"""
+            SELECT * FROM {batch} b
             WHERE NOT EXISTS (
                 SELECT 1 FROM wh.scores s
                 WHERE s.run_id = b.run_id AND s.sample_id = b.sample_id AND s.epoch = b.epoch
