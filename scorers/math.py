@@ -12,6 +12,8 @@ deadline, so no input can hold a caller longer than `timeout_s`.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -147,6 +149,20 @@ def is_correct(
     return verify(candidate, reference, timeout_s=timeout_s).equal
 
 
+_SLOTS: dict[int, threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def _grading_slots() -> threading.BoundedSemaphore:
+    # Per PID: a forked child must not inherit a semaphore held by its parent's threads.
+    with _SLOTS_LOCK:
+        slots = _SLOTS.get(os.getpid())
+        if slots is None:
+            slots = threading.BoundedSemaphore(shared_pool(_SYMBOLIC_MODULES).size)
+            _SLOTS[os.getpid()] = slots
+        return slots
+
+
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -163,7 +179,11 @@ def grade_math(sample: SampleView) -> Grade:
     targets = sample.targets
     if not targets or not any(t.strip() for t in targets):
         return unscored("invalid_target", "the sample has no target answer", answer=answer)
-    verdicts = [verify(answer, t, timeout_s=timeout_s) for t in targets]
+    # At most as many gradings at once as the pool has workers (Inspect scores many samples
+    # concurrently): a grading waits for its turn here, before its deadline starts, instead
+    # of timing out in the pool's queue.
+    with _grading_slots():
+        verdicts = [verify(answer, t, timeout_s=timeout_s) for t in targets]
     for v in verdicts:
         if v.equal:
             return scored(1.0, answer=answer, explanation="verified equal", reason=v.reason,

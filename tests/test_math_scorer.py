@@ -65,3 +65,44 @@ def test_bundled_task_grades_scripted_completions(tmp_path: Path) -> None:
     values = {s.id: s.scores["math_verifier"].value for s in log.samples}
     expected = {i: (1.0 if n % 2 == 0 else 0.0) for n, i in enumerate(ids)}
     assert values == expected
+
+
+def test_concurrent_scoring_runs_at_most_pool_size_verifications(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Inspect scores samples concurrently; the verifier's deadline counts waiting for a worker,
+    # so gradings beyond the pool's size must wait for a turn before their deadline starts.
+    import threading
+    import time
+
+    import scorers.math as math_module
+    from scorers.bounded import shared_pool
+
+    real_verify = math_module.verify
+    lock = threading.Lock()
+    in_flight, peak = [0], [0]
+
+    def tracked(*args, **kwargs):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        try:
+            time.sleep(0.2)  # long enough for every concurrent sample to arrive
+            return real_verify(*args, **kwargs)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(math_module, "verify", tracked)
+    samples = [Sample(id=f"s{i}", input="expand", target="x^2+2x+1") for i in range(6)]
+    outputs = [_output("ANSWER: (x+1)^2") for _ in samples]
+    task = Task(dataset=samples, solver=generate(), scorer=math_verifier())
+    [log] = eval(
+        task,
+        model=get_model("mockllm/model", custom_outputs=outputs),
+        log_dir=str(tmp_path),
+        display="none",
+        max_samples=6,
+    )
+    assert [s.scores["math_verifier"].value for s in log.samples] == [1.0] * 6
+    assert peak[0] == shared_pool(math_module._SYMBOLIC_MODULES).size
