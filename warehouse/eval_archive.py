@@ -121,8 +121,10 @@ def iter_sample_columns(
         ]
     decompressor = zstandard.ZstdDecompressor()
     with open(path, "rb") as f:
-        for batch in _batches(wanted, batch_size, max_batch_bytes):
+        batches = list(_batches(wanted, batch_size, max_batch_bytes))
+        for number, batch in enumerate(batches, start=1):
             columns = SampleColumns(run_id)
+            columns.last = number == len(batches)
             slow: list[tuple[str, int]] = []
             for key, info in batch:
                 raw = _member_bytes(f, info, decompressor, path)

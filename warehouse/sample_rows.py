@@ -71,6 +71,8 @@ class SampleColumns:
         self.mcols: dict[str, list[Any]] = {name: [] for name in MESSAGES_SCHEMA.names}
         # how many of these samples the direct archive reader handed to Inspect's reader
         self.via_inspect = 0
+        # set by a reader that knows this is the log's final batch
+        self.last = False
 
     def __len__(self) -> int:
         return len(self.cols["run_id"])

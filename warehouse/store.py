@@ -206,15 +206,19 @@ class Warehouse:
             }
             self._upsert_run(con, run, "partial")
 
-        added = 0
+        added, total = 0, None
         try:
             batches = logs.iter_sample_columns(
                 path, header, run.run_id, have, batch_size=batch_size, fast=direct_read
             )
-            for samples, messages in prefetch(columns.tables() for columns in batches):
+            for samples, messages, last in prefetch((*c.tables(), c.last) for c in batches):
                 with self.write() as con:
                     added += _append_samples(con, samples, messages)
-                    _refresh_run_counts(con, run.run_id, "partial")
+                    # a batch known to be the log's last also completes the run: one
+                    # transaction (a connect and a checkpoint) fewer per log
+                    _refresh_run_counts(con, run.run_id, "complete" if last else "partial")
+                    if last:
+                        total = _count_samples(con, run.run_id)
                 if bar is not None:
                     bar[0].update(bar[1], description=f"ingest {Path(path).name}: {added}")
         except logs.LogReadError as exc:
@@ -222,9 +226,10 @@ class Warehouse:
                 total = _count_samples(con, run.run_id)
             return result(added, total, str(exc))
 
-        with self.write() as con:
-            _refresh_run_counts(con, run.run_id, "complete")
-            total = _count_samples(con, run.run_id)
+        if total is None:
+            with self.write() as con:
+                _refresh_run_counts(con, run.run_id, "complete")
+                total = _count_samples(con, run.run_id)
         return result(added, total)
 
     def _upsert_run(self, con: duckdb.DuckDBPyConnection, run: logs.RunRow, state: str) -> None:
