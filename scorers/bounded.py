@@ -227,6 +227,12 @@ class BoundedPool:
                     raise WorkerFailed("pool is shut down")
                 if self._idle and self._busy < self.size:
                     worker = self._idle.pop()
+                    if worker.conn.poll(0):
+                        # An idle worker never has anything to say: this one's pipe reads EOF,
+                        # it died (its zygote was killed, the OOM killer...). Skip it.
+                        worker.kill()
+                        self._top_up_locked()
+                        continue
                     self._busy += 1
                     # The spare that replaces this one starts now, while the call runs.
                     self._top_up_locked()

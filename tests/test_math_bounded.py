@@ -189,3 +189,16 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def test_workers_lost_with_their_zygote_are_skipped_and_replaced(pool: BoundedPool) -> None:
+    pool.call(operator.add, 1, 1, timeout_s=10)
+    assert pool.wait_spares(timeout=30)
+    old = pool._zygote
+    assert old is not None
+    old.proc.kill()  # its workers die with it (PR_SET_PDEATHSIG)
+    old.proc.wait(timeout=10)
+    time.sleep(0.2)
+    # Dead idle workers are noticed and skipped; a new zygote is started for the replacement.
+    assert pool.call(operator.add, 2, 3, timeout_s=30) == 5
+    assert pool._zygote is not old
