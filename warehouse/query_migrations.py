@@ -38,23 +38,29 @@ def flip_pairs_select(new: str, existing: str, *, both_orientations: bool) -> st
         both_orientations: also emit (existing -> new) for each (new -> existing) pair; False
             when `new` and `existing` are the same rows, where the join already yields both.
     """
-
-    def pairs(old: str, newer: str) -> str:
-        return f"""
+    join = f"""
         SELECT o.scorer, o.run_id, o.sample_id, o.epoch,
-               o.fingerprint, n.fingerprint, o.status, n.status, o.value, n.value,
-               o.answer, n.answer, o.explanation, n.explanation
-        FROM {old} o JOIN {newer} n
+               o.fingerprint AS o_fp, n.fingerprint AS n_fp, o.status AS o_status,
+               n.status AS n_status, o.value AS o_value, n.value AS n_value,
+               o.answer AS o_answer, n.answer AS n_answer,
+               o.explanation AS o_explanation, n.explanation AS n_explanation
+        FROM {new} o JOIN {existing} n
           ON o.scorer = n.scorer AND o.run_id = n.run_id
          AND o.sample_id = n.sample_id AND o.epoch = n.epoch
          AND o.fingerprint <> n.fingerprint
         WHERE o.status IS DISTINCT FROM n.status OR o.value IS DISTINCT FROM n.value
-        """
-
-    sql = pairs(new, existing)
-    if both_orientations:
-        sql += " UNION ALL " + pairs(existing, new)
-    return sql
+    """
+    if not both_orientations:
+        return join
+    # one join, read in both directions (joining twice would scan `existing` twice)
+    return f"""
+        WITH p AS MATERIALIZED ({join})
+        SELECT scorer, run_id, sample_id, epoch, o_fp, n_fp, o_status, n_status,
+               o_value, n_value, o_answer, n_answer, o_explanation, n_explanation FROM p
+        UNION ALL
+        SELECT scorer, run_id, sample_id, epoch, n_fp, o_fp, n_status, o_status,
+               n_value, o_value, n_answer, o_answer, n_explanation, o_explanation FROM p
+    """
 
 
 QUERY_VIEWS_SQL = f"""

@@ -411,18 +411,24 @@ def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
                   AND s.scorer = b.scorer AND s.fingerprint = b.fingerprint
             )
         """
-        if not _may_form_flips(con, table):
+        with_stored, within_batch = _flip_sources(con, table)
+        if not (with_stored or within_batch):
             inserted = one(con.execute(f"INSERT INTO wh.scores {new_rows}"))
             return int(inserted[0]) if inserted else 0
         # grade_flips reads wh.flip_pairs: add the pairs these rows form, before they are stored
         # (so a pair among stored rows is never added twice) and in the same transaction
         con.execute(f"CREATE OR REPLACE TEMP TABLE _new_scores AS {new_rows}")
         try:
-            pairs = flip_pairs_select("_new_scores", "wh.scores", both_orientations=True)
-            pairs += " UNION ALL " + flip_pairs_select(
-                "_new_scores", "_new_scores", both_orientations=False
-            )
-            con.execute(f"INSERT INTO wh.flip_pairs {pairs}")
+            if with_stored:
+                con.execute(
+                    "INSERT INTO wh.flip_pairs "
+                    + flip_pairs_select("_new_scores", "wh.scores", both_orientations=True)
+                )
+            if within_batch:
+                con.execute(
+                    "INSERT INTO wh.flip_pairs "
+                    + flip_pairs_select("_new_scores", "_new_scores", both_orientations=False)
+                )
             inserted = one(con.execute("INSERT INTO wh.scores SELECT * FROM _new_scores"))
         finally:
             con.execute("DROP TABLE IF EXISTS _new_scores")
@@ -431,15 +437,14 @@ def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
         con.unregister("_incoming_scores")
 
 
-def _may_form_flips(con: duckdb.DuckDBPyConnection, table: pa.Table) -> bool:
-    """False when no row of `table` can pair with another (the common first scoring of a run).
+def _flip_sources(con: duckdb.DuckDBPyConnection, table: pa.Table) -> tuple[bool, bool]:
+    """Whether rows of `table` may form flip pairs (with stored rows, within the batch).
 
-    A pair needs two fingerprints of one scorer on one run: within the batch, or one in the
-    batch and another already stored for the same scorer and run.
+    A pair needs two fingerprints of one scorer on one run. Both are False for the common
+    first scoring of a run, which then costs no join at all.
     """
     per_scorer = table.group_by(["scorer", "fingerprint"]).aggregate([])
-    if per_scorer.num_rows != pc.count_distinct(per_scorer.column("scorer")).as_py():
-        return True
+    within_batch = per_scorer.num_rows != pc.count_distinct(per_scorer.column("scorer")).as_py()
     found = one(
         con.execute(
             """
@@ -457,7 +462,7 @@ def _may_form_flips(con: duckdb.DuckDBPyConnection, table: pa.Table) -> bool:
             ],
         )
     )
-    return bool(found and found[0])
+    return bool(found and found[0]), within_batch
 
 
 def _append_samples(con: duckdb.DuckDBPyConnection, samples: pa.Table, messages: pa.Table) -> int:
