@@ -250,7 +250,10 @@ def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
             ).fetchall():
                 seen[(name, digest)] = (first, n)
     table = Table(title="verifiers", title_justify="left")
-    for col in ("name", "fingerprint", "label", "first seen", "scored rows", "current"):
+    table.add_column("name", no_wrap=True)
+    table.add_column("fingerprint", no_wrap=True, min_width=12)
+    table.add_column("label", overflow="fold", ratio=1)
+    for col in ("first seen", "scored rows", "current"):
         table.add_column(col)
     for name, v in sorted(all_verifiers().items()):
         digest = fingerprint(v).digest

@@ -277,6 +277,8 @@ def _grade_batch(
     rows: list[dict[str, Any]],
     opts: ScoreOptions,
     advance: Callable[[int], None],
+    *,
+    in_process: bool = True,
 ) -> list[tuple]:
     results: list[tuple | None] = [None] * len(rows)
     todo: list[int] = []
@@ -288,8 +290,8 @@ def _grade_batch(
             todo.append(i)
     idx_chunks = [todo[i : i + opts.chunk_size] for i in range(0, len(todo), opts.chunk_size)]
     # one chunk or one worker: spawning processes (each imports the verifier stack, ~1-2 s)
-    # costs more than it saves
-    if idx_chunks and (pool.workers <= 1 or len(idx_chunks) == 1):
+    # costs more than it saves -- unless this process holds stale verifier code
+    if idx_chunks and in_process and (pool.workers <= 1 or len(idx_chunks) == 1):
         for idx in idx_chunks:
             graded = grade_chunk(verifier.grade, [rows[i] for i in idx], opts.sample_timeout_s)
             for i, r in zip(idx, graded, strict=True):
@@ -319,6 +321,12 @@ def _grade_batch(
             results[i] = r
         advance(len(idx))
     return results  # type: ignore[return-value]
+
+
+# The first fingerprint this process saw per verifier. A different one later means the module
+# was edited after this process imported it: its in-memory code is stale, so grading must go to
+# freshly spawned workers, which import the module as it is on disk now.
+_FIRST_DIGEST: dict[str, str] = {}
 
 
 class Bulk:
@@ -356,7 +364,8 @@ def score_batch(
     from warehouse import Warehouse
 
     verifier = get_verifier(scorer)
-    results = _grade_batch(pool, verifier, rows.value, opts, advance)
+    in_process = _FIRST_DIGEST.setdefault(scorer, digest) == digest
+    results = _grade_batch(pool, verifier, rows.value, opts, advance, in_process=in_process)
     table = _to_table(rows.value, results, scorer, digest)
     written = Warehouse(warehouse_path).write_scores(table)
     # the summary counts what was written; a duplicate written by a concurrent stage is not ours
