@@ -122,7 +122,7 @@ def iter_sample_columns(
     """Yield the log's samples that are not in `have` as rows, `batch_size` samples at a time.
 
     A local `.eval` written by the installed Inspect version is read directly from the archive
-    (warehouse.eval_archive, ~20x faster); every other log through Inspect's readers. Both give
+    (warehouse.eval_archive, 15-25x faster); every other log through Inspect's readers. Both give
     the same rows. A partial (cancelled, interrupted) log yields the samples it holds.
 
     Args:

@@ -153,7 +153,8 @@ class Warehouse:
             batch_size: samples per write transaction (default: 500 through Inspect's reader,
                 up to 5,000 or 64 MB of sample JSON through the direct archive reader).
             direct_read: read `.eval` logs written by the installed Inspect version straight
-                from the archive (same rows, ~20x faster); False always uses Inspect's readers.
+                from the archive (same rows, 15-25x faster in benchmarks/warehouse.py);
+                False always uses Inspect's readers.
 
         Returns:
             One result per path, in order; a bad log gives `error` set and the others go on.
