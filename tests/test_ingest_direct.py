@@ -135,6 +135,7 @@ def _ingest_both(paths: list[Path], tmp_path: Path, batch_size: int = 4):
     return _tables(direct), _tables(reference)
 
 
+@pytest.mark.slow
 def test_mockllm_logs_give_identical_rows(logs, tmp_path):
     paths = list(logs.values())
     for p in paths:  # the direct reader really decodes these logs: only image samples go back
@@ -187,6 +188,7 @@ def test_grown_log_direct_adds_only_the_missing_samples(logs, tmp_path):
     assert (first.samples_added, second.samples_added, second.samples_total) == (5, 7, 12)
 
 
+@pytest.mark.slow
 def test_shared_reference_logs_give_identical_rows(shared_data, tmp_path):
     paths = sorted(p for p in (shared_data / "logs").iterdir() if p.suffix in {".eval", ".json"})
     got, want = _ingest_both(paths, tmp_path)
