@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.gate import evaluate_gates, overall_exit_code
 from warehouse import DEFAULT_DB, SchemaTooNew, WarehouseLocked, WarehouseMissing
 from warehouse.gate_rules import GateResult, GateRules
 
@@ -153,6 +152,9 @@ def gate(
         sweep = config_sweep
     if not run and sweep is None:
         raise _fail("say what to gate: --run RUN_ID, --sweep NAME, or --config SWEEP.toml")
+    # Imported here: the gate stage pulls in Prefect (seconds) that `--help` never needs.
+    from flows.gate import evaluate_gates, overall_exit_code
+
     try:
         results = evaluate_gates(db, run or None, rules=rules, sweep=sweep, record=not dry_run)
     except WarehouseMissing as exc:

@@ -5,7 +5,6 @@ grade_flips, score_history) are the user interface; see docs/readme/warehouse.md
 """
 
 from warehouse.connection import WarehouseLocked
-from warehouse.logs import LogReadError
 from warehouse.migrations import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNew
 from warehouse.schema import SAMPLES_TO_SCORE_SCHEMA, SCORE_KEY, SCORE_SCHEMA
 from warehouse.store import (
@@ -32,3 +31,12 @@ __all__ = [
     "WarehouseMissing",
     "stage_scores",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # LogReadError lives with the log readers, which import inspect_ai: load them on first use.
+    if name == "LogReadError":
+        from warehouse.logs import LogReadError
+
+        return LogReadError
+    raise AttributeError(f"module 'warehouse' has no attribute {name!r}")

@@ -14,19 +14,21 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from warehouse import logs
 from warehouse.connection import DEFAULT_LOCK_TIMEOUT_S, connect, one
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
 from warehouse.prefetch import prefetch
 from warehouse.query_migrations import flip_pairs_select
 from warehouse.schema import SAMPLES_TO_SCORE_SCHEMA, conform_scores
+
+if TYPE_CHECKING:
+    from warehouse import logs
 
 DEFAULT_DB = "gradebook.duckdb"
 _STAGED_DONE = "loaded"
@@ -176,6 +178,10 @@ class Warehouse:
     def _ingest_one(
         self, path: str, batch_size: int | None, bar: Any, direct_read: bool
     ) -> IngestResult:
+        # Imported here: reading logs pulls in inspect_ai (seconds), which `gradebook sql` and
+        # the score writers never need.
+        from warehouse import logs
+
         try:
             logs.check_log_path(path)
             header = logs.read_header(path)
