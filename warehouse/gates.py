@@ -171,9 +171,11 @@ def _find_baseline(
         con.execute(
             "SELECT g.run_id FROM latest_gates g JOIN runs r USING (run_id) "
             "WHERE g.verdict = 'pass' AND r.task = ? AND r.model = ? AND r.run_id <> ? "
-            "  AND r.created < ? "
-            "ORDER BY r.created DESC, r.run_id DESC LIMIT 1",
-            [run["task"], run["model"], run["run_id"], run["created"]],
+            # Inspect stamps `created` to the second, so runs of one sweep can tie: the one
+            # ingested first is the earlier run.
+            "  AND (r.created, r.first_ingested_at) < (?, ?) "
+            "ORDER BY r.created DESC, r.first_ingested_at DESC, r.run_id DESC LIMIT 1",
+            [run["task"], run["model"], run["run_id"], run["created"], run["first_ingested_at"]],
         )
     )
     return (row[0] if row else None), None
@@ -211,9 +213,11 @@ def evaluate_gate(
             "`SELECT run_id, task, model, created FROM runs` or ingest its log first"
         )
         return result
-    run = _rows(con, "SELECT run_id, task, model, created FROM runs WHERE run_id = ?", [resolved])[
-        0
-    ]
+    run = _rows(
+        con,
+        "SELECT run_id, task, model, created, first_ingested_at FROM runs WHERE run_id = ?",
+        [resolved],
+    )[0]
     result.run_id, result.task, result.model = resolved, run["task"], run["model"]
 
     present = _fingerprints_present(con, resolved)
