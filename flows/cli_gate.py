@@ -13,10 +13,10 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flows.console import console
 from warehouse import DEFAULT_DB, SchemaTooNew, WarehouseLocked, WarehouseMissing
 from warehouse.gate_rules import GateResult, GateRules
 
@@ -24,7 +24,7 @@ DbOption = Annotated[
     Path,
     typer.Option("--db", envvar="GRADEBOOK_DB", help="DuckDB warehouse file (env GRADEBOOK_DB)."),
 ]
-_OUT = Console(highlight=False)
+_OUT = console
 _STYLE = {"pass": "bold green", "fail": "bold red", "cannot_evaluate": "bold yellow"}
 
 

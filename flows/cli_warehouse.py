@@ -15,9 +15,9 @@ from typing import Annotated, Any
 
 import duckdb
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from flows.console import console
 from warehouse import (
     DEFAULT_DB,
     SchemaTooNew,
@@ -119,7 +119,7 @@ def _print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: OutputForm
         table = Table(*columns, show_lines=False)
         for row in rows:
             table.add_row(*("NULL" if v is None else str(v) for v in row))
-        Console(soft_wrap=True).print(table)
+        console.print(table, soft_wrap=True)
         typer.echo(f"{len(rows)} row{'s' if len(rows) != 1 else ''}")
 
 

@@ -27,6 +27,11 @@ __all__ = ["console", "err_console", "progress_bar", "quiet_prefect", "set_verbo
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+# Piped into a file or CI log, rich assumes 80 columns and folds the summary table's cells;
+# a log reader has a wide window, so lay tables out as on a wide terminal unless told otherwise.
+for _c in (console, err_console):
+    if not _c.is_terminal and "COLUMNS" not in os.environ:
+        _c.width = 120
 _VERBOSE = False
 
 # Must be in the environment before prefect is first imported: its settings are read then.
