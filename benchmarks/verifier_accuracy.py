@@ -187,6 +187,10 @@ def main() -> None:
     mv = results["math-verify"]
     rows: list[Row] = []
     for name, res in results.items():
+        ours = name == "gradebook"
+        # The bars are gradebook's; the other verifiers' rows are the comparison.
+        bar_agree = ">= 99%" if ours else "reported (comparison)"
+        bar_fp = "0" if ours else "reported (comparison)"
         rows.append(Row(f"{name}: agreement, all 270 labels", 100 * res["agree"] / res["n"], "%",
                         "math-verify", 100 * mv["agree"] / mv["n"],
                         res["agree"] / max(mv["agree"], 1),
@@ -194,12 +198,13 @@ def main() -> None:
         rows.append(Row(f"{name}: agreement, {res['n_u']} undisputed labels",
                         100 * res["agree_u"] / res["n_u"], "%", "math-verify",
                         100 * mv["agree_u"] / mv["n_u"], res["agree_u"] / max(mv["agree_u"], 1),
-                        ">= 99% (gradebook)", name != "gradebook"
-                        or res["agree_u"] / res["n_u"] >= 0.99))  # fmt: skip
-        rows.append(Row(f"{name}: false positives (all / undisputed)", res["fp"], "pairs",
+                        bar_agree, not ours or res["agree_u"] / res["n_u"] >= 0.99))  # fmt: skip
+        rows.append(Row(f"{name}: false positives, all 270 labels", res["fp"], "pairs",
                         "math-verify", mv["fp"], res["fp"] / max(mv["fp"], 1),
-                        "0 undisputed FP (gradebook)",
-                        name != "gradebook" or res["fp_u"] == 0))  # fmt: skip
+                        "reported (disputed labels listed below)", True))  # fmt: skip
+        rows.append(Row(f"{name}: false positives, undisputed labels", res["fp_u"], "pairs",
+                        "math-verify", mv["fp_u"], res["fp_u"] / max(mv["fp_u"], 1),
+                        bar_fp, not ours or res["fp_u"] == 0))  # fmt: skip
         rows.append(Row(f"{name}: false negatives", res["fn"], "pairs", "math-verify", mv["fn"],
                         res["fn"] / max(mv["fn"], 1), "reported", True))  # fmt: skip
     for name, res in other.items():
