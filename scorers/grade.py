@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from inspect_ai.scorer import Score
+if TYPE_CHECKING:  # grading workers import this module; only to_score() needs Inspect
+    from inspect_ai.scorer import Score
 
 GradeStatus = Literal["scored", "unscored", "error"]
 
@@ -60,6 +61,8 @@ class Grade:
 
     def to_score(self) -> Score:
         """Convert to an Inspect `Score` (unscored/error become NaN-valued unscored scores)."""
+        from inspect_ai.scorer import Score
+
         meta = {"reason": self.reason, "status": self.status, **self.metadata}
         if self.status == "scored" and self.value is not None and not math.isnan(self.value):
             return Score(

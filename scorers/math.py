@@ -15,13 +15,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
-
-import anyio
-from inspect_ai.scorer import Score, Scorer, Target, accuracy, scorer, stderr
-from inspect_ai.solver import TaskState
+from typing import Any, Literal
 
 from scorers._compare import ExactComparator, NeedSymbolic
 from scorers._extract import DEFAULT_PATTERNS, extract_answer
@@ -37,7 +32,6 @@ __all__ = [
     "extract_answer",
     "grade_math",
     "is_correct",
-    "math_verifier",
     "verify",
     "warm_up",
 ]
@@ -210,37 +204,6 @@ def grade_math(sample: SampleView) -> Grade:
     )
 
 
-@scorer(metrics=[accuracy(), stderr()])
-def math_verifier(
-    *, answer_patterns: Sequence[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
-) -> Scorer:
-    """Inspect scorer: extract the final answer and verify it against the target.
-
-    Args:
-        answer_patterns: extraction strategies or regexes (see scorers._extract); default
-            ANSWER line, then \\boxed{}, then `####`.
-        timeout_s: hard limit per verification; a timeout is unscored with reason "timeout".
-    """
-    patterns = list(answer_patterns or DEFAULT_PATTERNS)
-
-    async def score(state: TaskState, target: Target) -> Score:
-        view = SampleView(
-            completion=state.output.completion,
-            target=list(target.target),
-            metadata={
-                **(state.metadata or {}),
-                "answer_patterns": patterns,
-                "timeout_s": timeout_s,
-            },  # fmt: skip
-            sample_id=state.sample_id,
-        )
-        # Off the event loop: a symbolic check may wait up to timeout_s on its worker.
-        grade = await anyio.to_thread.run_sync(grade_math, view)
-        return grade.to_score()
-
-    return score
-
-
 register(
     Verifier(
         name="math",
@@ -250,3 +213,13 @@ register(
         label="exact rational + sympy equivalence of the final answer (ANSWER:/boxed/####)",
     )
 )
+
+
+def __getattr__(name: str) -> Any:
+    # The Inspect @scorer wrapper lives in its own module: importing the verifier core (as the
+    # scoring stage's workers and the RL reward do) must not cost Inspect's seconds of imports.
+    if name == "math_verifier":
+        from scorers.math_scorer import math_verifier
+
+        return math_verifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
