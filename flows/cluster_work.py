@@ -104,7 +104,7 @@ def score_chunk(
     """
     import pyarrow.parquet as pq
 
-    from flows.score import SAMPLE_TIMEOUT_S, ScoreOptions, _grade_batch, _Pool, _to_table
+    from flows.score import SAMPLE_TIMEOUT_S, GradingPool, ScoreOptions, grade_batch, scores_table
     from scorers.fingerprint import fingerprint
     from scorers.registry import get_verifier
     from warehouse import stage_scores
@@ -124,12 +124,12 @@ def score_chunk(
         sample_timeout_s=SAMPLE_TIMEOUT_S if sample_timeout_s is None else sample_timeout_s,
         progress=False,
     )
-    pool = _Pool(max(1, workers or os.cpu_count() or 1))
+    pool = GradingPool(max(1, workers or os.cpu_count() or 1))
     try:
-        results = _grade_batch(pool, verifier, rows, opts, lambda n: None)
+        results = grade_batch(pool, verifier, rows, opts, lambda n: None)
     finally:
         pool.close()
-    table = _to_table(rows, results, scorer, digest)
+    table = scores_table(rows, results, scorer, digest)
     staged = stage_scores(table, Path(staging_dir))
     statuses = table.column("status").to_pylist()
     return {

@@ -1,29 +1,22 @@
 """The scoring stage: saved logs in, score rows out; no model, no generation-time sandbox.
 
 For each verifier registered for a run, the samples that have no score under the verifier's
-current fingerprint are read from the warehouse, cut into chunks, and graded in a pool of worker
-processes (spawned fresh for each stage run, so an edited verifier module is imported as it is
-on disk now). One Prefect task per batch of chunks, not per sample: a task run costs ~10 ms.
-The flow's process is the only DuckDB writer (principle 8).
+current fingerprint are read from the warehouse, cut into chunks, and graded in a pool of light
+worker processes (`flows.grading_pool`: fresh interpreters that import only the verifier, so an
+edited verifier module is imported as it is on disk now, and a worker is ready in a fraction of
+a second). The pool is started at the beginning of the flow, so its start-up overlaps ingest and
+reading. Graded chunks are written in batches (one Prefect task run, one transaction each)
+while the workers go on grading. The flow's process is the only DuckDB writer (principle 8).
 
 Per-sample fault isolation: a verifier that raises on a sample, or overruns the per-sample time
 limit, makes that sample `unscored` (reason "verifier_error" / "timeout", with a short
 traceback in the row's metadata); the other samples are scored. A sample whose generation
-errored gets a status "error" row without calling the verifier.
-"""
+errored gets a status "error" row without calling the verifier."""
 
 from __future__ import annotations
 
-import json
-import math
-import multiprocessing as mp
 import os
-import signal
-import time
-import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,21 +27,27 @@ from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
 from flows.console import progress_bar
-from scorers.grade import Grade, SampleView, unscored
+from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
 from scorers.registry import Verifier, get_verifier
 
 __all__ = [
     "DEFAULT_CHUNK",
+    "GradingPool",
     "RunScore",
     "ScoreOptions",
+    "grade_batch",
+    "grade_chunk",
+    "grade_one",
     "score_flow",
+    "stream_grades",
     "score_runs",
+    "scores_table",
     "scoring_pool",
     "verifiers_of_log",
 ]
 
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
-BATCH_CHUNKS = 16  # chunks per Prefect task run (one warehouse write per batch)
+BATCH_CHUNKS = 16  # chunks per warehouse write (one Prefect task run, one transaction)
 SAMPLE_TIMEOUT_S = 60.0  # a verifier is bounded itself; this is the stage's backstop
 
 
@@ -98,94 +97,6 @@ class RunScore:
             self.error += 1
 
 
-# -- worker side ---------------------------------------------------------------------------------
-
-
-class _SampleTimeout(Exception):
-    pass
-
-
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise _SampleTimeout
-
-
-def _short_traceback(exc: BaseException, limit: int = 1500) -> str:
-    text = "".join(traceback.format_exception(exc, limit=-4)).strip()
-    return text if len(text) <= limit else "..." + text[-limit:]
-
-
-def grade_one(grade: Callable[[SampleView], Grade], view: SampleView, timeout_s: float) -> Grade:
-    """Call a verifier on one sample; never raises (a failure becomes an unscored Grade)."""
-    use_alarm = timeout_s > 0 and hasattr(signal, "setitimer")
-    try:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, timeout_s)
-        result = grade(view)
-        if not isinstance(result, Grade):
-            return unscored(
-                "verifier_error", f"verifier returned {type(result).__name__}, not a Grade"
-            )
-        return result
-    except _SampleTimeout:
-        return unscored("timeout", f"verifier did not finish within {timeout_s:g}s")
-    except Exception as exc:
-        return unscored(
-            "verifier_error",
-            f"verifier raised {type(exc).__name__}: {str(exc)[:200]}",
-            traceback=_short_traceback(exc),
-        )
-    finally:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def grade_chunk(
-    grade: Callable[[SampleView], Grade], rows: list[dict[str, Any]], timeout_s: float
-) -> list[tuple[str, float | None, str | None, str, str, str, float]]:
-    """Worker entry point: grade rows (dicts of the samples_to_score columns).
-
-    Returns one compact tuple per row (status, value, answer, explanation, reason, metadata
-    JSON, seconds), in order; the parent adds the key columns back.
-    """
-    if timeout_s > 0 and hasattr(signal, "setitimer"):
-        signal.signal(signal.SIGALRM, _on_alarm)
-    out = []
-    for row in rows:
-        t0 = time.perf_counter()
-        view = SampleView(
-            completion=row["completion"] or "",
-            target=list(row["target"] or []),
-            metadata=_loads(row["metadata"]),
-            sample_id=row["sample_id"],
-        )
-        g = grade_one(grade, view, timeout_s)
-        value = g.value if g.status == "scored" else None
-        if value is not None and math.isnan(value):
-            value = None
-        out.append(
-            (
-                g.status,
-                value,
-                g.answer,
-                g.explanation,
-                g.reason,
-                json.dumps(g.metadata, default=str) if g.metadata else "{}",
-                time.perf_counter() - t0,
-            )
-        )
-    return out
-
-
-def _loads(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 # -- parent side ---------------------------------------------------------------------------------
 
 
@@ -194,9 +105,10 @@ def _error_row(row: dict[str, Any]) -> tuple[str, None, None, str, str, str, flo
     return ("error", None, None, first_line[0][:300], "generation_error", "{}", 0.0)
 
 
-def _to_table(
-    keys: list[dict[str, Any]], results: list[tuple], scorer: str, digest: str
+def scores_table(
+    keys: list[dict[str, Any]], results: list[ResultRow], scorer: str, digest: str
 ) -> pa.Table:
+    """Score rows (SCORE_SCHEMA) from sample keys and their results, in the same order."""
     from warehouse import SCORE_SCHEMA
 
     now = datetime.now(UTC)
@@ -221,105 +133,72 @@ def _to_table(
     )
 
 
-def _chunks(rows: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    for i in range(0, len(rows), size):
-        yield rows[i : i + size]
+def _sample_row(row: dict[str, Any]) -> SampleRow:
+    return (row["completion"], row["target"], row["metadata"], row["sample_id"])
 
 
-def _warm_worker(modules: tuple[str, ...]) -> None:
-    import importlib
-
-    for name in modules:
-        module = importlib.import_module(name)
-        # a verifier module may offer warm_up() (e.g. math starts its symbolic worker)
-        warm_up = getattr(module, "warm_up", None)
-        if callable(warm_up):
-            warm_up()
-
-
-class _Pool:
-    """A process pool that is rebuilt if a worker dies (segfault, OOM kill)."""
-
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
-        self._pool: ProcessPoolExecutor | None = None
-
-    def get(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            # spawn, not fork: workers import verifier modules fresh from disk (an edited
-            # verifier is what gets run) and inherit sys.path as it is now.
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
-        return self._pool
-
-    def warm(self, modules: Sequence[str]) -> None:
-        """Start the workers now and import the verifier modules in them (not awaited), so
-        their start-up overlaps whatever the caller does next (ingest, reading samples)."""
-        if self.workers <= 1:
-            return
-        pool = self.get()
-        for _ in range(self.workers):
-            pool.submit(_warm_worker, tuple(modules))
-
-    def reset(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-
-def _grade_batch(
-    pool: _Pool,
+def stream_grades(
+    pool: GradingPool,
     verifier: Verifier,
     rows: list[dict[str, Any]],
     opts: ScoreOptions,
-    advance: Callable[[int], None],
+    emit: Callable[[list[dict[str, Any]], list[ResultRow]], None],
     *,
     in_process: bool = True,
-) -> list[tuple]:
-    results: list[tuple | None] = [None] * len(rows)
-    todo: list[int] = []
-    for i, row in enumerate(rows):
-        if row["error"] is not None:
-            results[i] = _error_row(row)
-            advance(1)
-        else:
-            todo.append(i)
-    idx_chunks = [todo[i : i + opts.chunk_size] for i in range(0, len(todo), opts.chunk_size)]
-    # one chunk or one worker: spawning processes (each imports the verifier stack, ~1-2 s)
-    # costs more than it saves -- unless this process holds stale verifier code
-    if idx_chunks and in_process and (pool.workers <= 1 or len(idx_chunks) == 1):
-        for idx in idx_chunks:
-            graded = grade_chunk(verifier.grade, [rows[i] for i in idx], opts.sample_timeout_s)
-            for i, r in zip(idx, graded, strict=True):
-                results[i] = r
-            advance(len(idx))
-        return results  # type: ignore[return-value]
-    futures: dict[Future, list[int]] = {}
-    for idx in idx_chunks:
-        fut = pool.get().submit(
-            grade_chunk, verifier.grade, [rows[i] for i in idx], opts.sample_timeout_s
-        )
-        futures[fut] = idx
-    for fut in as_completed(futures):
-        idx = futures[fut]
-        try:
-            graded = fut.result()
-        except BrokenProcessPool as exc:
-            # a worker died (crash, OOM kill): those samples are unscored, the stage goes on
-            pool.reset()
-            why = f"scoring worker died: {exc}"[:300]
-            graded = [("unscored", None, None, why, "verifier_error", "{}", 0.0)] * len(idx)
-        except Exception as exc:  # e.g. the verifier could not be unpickled in the worker
-            why = f"scoring worker failed: {type(exc).__name__}: {exc}"[:300]
-            meta = json.dumps({"traceback": _short_traceback(exc)})
-            graded = [("unscored", None, None, why, "verifier_error", meta, 0.0)] * len(idx)
-        for i, r in zip(idx, graded, strict=True):
-            results[i] = r
-        advance(len(idx))
+) -> None:
+    """Grade rows (dicts of the samples_to_score columns), handing results over as they come.
+
+    Args:
+        pool: the worker processes (used when there is more than one chunk and one worker).
+        verifier: what grades.
+        rows: the samples.
+        opts: chunk size and per-sample limit.
+        emit: called with (rows, their results) per finished chunk, in no particular order.
+        in_process: False when this process's copy of the verifier is stale (its module was
+            edited since it was imported): then every chunk goes to a fresh worker.
+    """
+    failed = [r for r in rows if r["error"] is not None]
+    if failed:
+        emit(failed, [_error_row(r) for r in failed])
+    todo = [r for r in rows if r["error"] is None]
+    chunks = [todo[i : i + opts.chunk_size] for i in range(0, len(todo), opts.chunk_size)]
+    # one chunk or one worker: a round trip to a worker costs more than it saves -- unless
+    # this process holds stale verifier code
+    if chunks and in_process and (pool.workers <= 1 or len(chunks) == 1):
+        for chunk in chunks:
+            graded = grade_chunk(
+                verifier.grade, [_sample_row(r) for r in chunk], opts.sample_timeout_s
+            )
+            emit(chunk, graded)
+        return
+    pool.map(
+        verifier.grade,
+        [[_sample_row(r) for r in chunk] for chunk in chunks],
+        opts.sample_timeout_s,
+        lambda job, graded: emit(chunks[job], graded),
+    )
+
+
+def grade_batch(
+    pool: GradingPool,
+    verifier: Verifier,
+    rows: list[dict[str, Any]],
+    opts: ScoreOptions,
+    advance: Callable[[int], None] | None = None,
+    *,
+    in_process: bool = True,
+) -> list[ResultRow]:
+    """`stream_grades`, collected: one result per row, in the order of `rows`."""
+    at = {id(r): i for i, r in enumerate(rows)}
+    results: list[ResultRow | None] = [None] * len(rows)
+
+    def put(part: list[dict[str, Any]], graded: list[ResultRow]) -> None:
+        for r, g in zip(part, graded, strict=True):
+            results[at[id(r)]] = g
+        if advance is not None:
+            advance(len(part))
+
+    stream_grades(pool, verifier, rows, opts, put, in_process=in_process)
     return results  # type: ignore[return-value]
 
 
@@ -345,39 +224,70 @@ class Bulk:
         return f"Bulk({len(self.value)} items)"
 
 
-@task(name="score-batch", cache_policy=NO_CACHE, task_run_name="score {scorer} ({n} samples)")
-def score_batch(
-    warehouse_path: str,
-    scorer: str,
-    digest: str,
-    rows: Bulk,
-    n: int,
-    opts: ScoreOptions,
-    pool: Any,
-    advance: Any,
+@task(name="write-scores", cache_policy=NO_CACHE, task_run_name="write {scorer} ({n} rows)")
+def write_batch(
+    warehouse_path: str, scorer: str, digest: str, keys: Bulk, results: Bulk, n: int
 ) -> Bulk:
-    """Prefect task: grade one batch of chunks in the pool and write it (one transaction).
+    """Prefect task: write one batch of graded samples (one transaction).
 
     Returns:
         Bulk of the written rows' (run_id, status, value, reason) dicts.
     """
     from warehouse import Warehouse
 
-    verifier = get_verifier(scorer)
-    in_process = _FIRST_DIGEST.setdefault(scorer, digest) == digest
-    results = _grade_batch(pool, verifier, rows.value, opts, advance, in_process=in_process)
-    table = _to_table(rows.value, results, scorer, digest)
+    table = scores_table(keys.value, results.value, scorer, digest)
     written = Warehouse(warehouse_path).write_scores(table)
     # the summary counts what was written; a duplicate written by a concurrent stage is not ours
     out = table.select(["run_id", "status", "value", "reason"]).to_pylist()
     return Bulk(out if written == table.num_rows else out[:written])
 
 
+class _BatchWriter:
+    """Collects graded chunks (the `emit` of `stream_grades`) and writes them in batches.
+
+    A batch is written from the thread that feeds the workers while they go on grading the
+    chunks they hold, so the write does not stall them.
+    """
+
+    def __init__(
+        self,
+        warehouse_path: str,
+        scorer: str,
+        digest: str,
+        size: int,
+        summaries: dict[tuple[str, str], RunScore],
+        advance: Callable[[int], None],
+    ) -> None:
+        self.warehouse_path, self.scorer, self.digest = warehouse_path, scorer, digest
+        self.size = size
+        self.summaries = summaries
+        self.advance = advance
+        self.keys: list[dict[str, Any]] = []
+        self.results: list[ResultRow] = []
+
+    def __call__(self, part: list[dict[str, Any]], graded: list[ResultRow]) -> None:
+        self.keys.extend(part)
+        self.results.extend(graded)
+        self.advance(len(part))
+        if len(self.keys) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.keys:
+            return
+        keys, results, self.keys, self.results = self.keys, self.results, [], []
+        written = write_batch(
+            self.warehouse_path, self.scorer, self.digest, Bulk(keys), Bulk(results), len(keys)
+        )
+        for row in written.value:
+            self.summaries[(row["run_id"], self.scorer)].add(row)
+
+
 def score_runs(
     warehouse_path: str | Path,
     plan: dict[str, list[str]],
     opts: ScoreOptions | None = None,
-    pool: _Pool | None = None,
+    pool: GradingPool | None = None,
 ) -> list[RunScore]:
     """Score every run with its verifiers; skip samples already scored by the same fingerprint.
 
@@ -385,7 +295,7 @@ def score_runs(
         warehouse_path: the DuckDB file (the runs must be ingested already).
         plan: run_id -> names of the verifiers that score it.
         opts: pool size, chunking and limits.
-        pool: a worker pool already started (and warmed) by the caller, who closes it.
+        pool: a worker pool already started by the caller, who closes it.
 
     Returns:
         One RunScore per (run, verifier) that had anything to do, and zero-count ones for the
@@ -402,7 +312,7 @@ def score_runs(
             by_scorer.setdefault(name, []).append(run_id)
     summaries: dict[tuple[str, str], RunScore] = {}
     own_pool = pool is None
-    pool = pool or _Pool(_workers(opts))
+    pool = pool or GradingPool(_workers(opts))
     try:
         with progress_bar() if opts.progress else _null_progress() as progress:
             for name, run_ids in by_scorer.items():
@@ -413,25 +323,13 @@ def score_runs(
                     summaries[(run_id, name)] = RunScore(run_id, name, fp.digest)
                 rows = wh.samples_to_score(name, fp.digest, run_ids=run_ids).to_pylist()
                 bar = progress.add_task(f"score {name}", total=len(rows)) if progress else None
-
-                def advance(n: int, bar: Any = bar) -> None:
-                    if progress is not None and bar is not None:
-                        progress.advance(bar, n)
-
-                batch = opts.chunk_size * BATCH_CHUNKS
-                for part in _chunks(rows, batch):
-                    written = score_batch(
-                        str(warehouse_path),
-                        name,
-                        fp.digest,
-                        Bulk(part),
-                        len(part),
-                        opts,
-                        pool,
-                        advance,
-                    )
-                    for row in written.value:
-                        summaries[(row["run_id"], name)].add(row)
+                in_process = _FIRST_DIGEST.setdefault(name, fp.digest) == fp.digest
+                writer = _BatchWriter(
+                    str(warehouse_path), name, fp.digest, opts.chunk_size * BATCH_CHUNKS,
+                    summaries, lambda n, bar=bar: progress.advance(bar, n) if progress else None,
+                )  # fmt: skip
+                stream_grades(pool, verifier, rows, opts, writer, in_process=in_process)
+                writer.flush()
     finally:
         if own_pool:
             pool.close()
@@ -442,9 +340,9 @@ def _workers(opts: ScoreOptions) -> int:
     return max(1, opts.workers or os.cpu_count() or 1)
 
 
-def scoring_pool(opts: ScoreOptions) -> _Pool:
-    """A worker pool for `score_runs` that a caller can `warm()` early and must `close()`."""
-    return _Pool(_workers(opts))
+def scoring_pool(opts: ScoreOptions) -> GradingPool:
+    """A worker pool for `score_runs` that a caller can `start()` early and must `close()`."""
+    return GradingPool(_workers(opts))
 
 
 class _null_progress:  # noqa: N801 - used like a context manager function
@@ -555,9 +453,9 @@ def score_flow(
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
     try:
-        # big logs: start the workers first, so their imports overlap the ingest
+        # big logs: start the workers first, so their start-up overlaps the ingest
         if _expected_samples(logs) > 2 * opts.chunk_size:
-            pool.warm(_verifier_modules(logs, verifiers))
+            pool.start(_verifier_modules(logs, verifiers))
         plan, _ = ingest_task(warehouse, logs, verifiers)
         summaries = score_runs(warehouse, plan, opts, pool)
     finally:

@@ -1,0 +1,338 @@
+"""Grading worker processes for the scoring stage, and the light entry point they run.
+
+A worker is a fresh interpreter started with `python -c` (not multiprocessing's spawn, which
+re-imports the caller's `__main__` -- for the `gradebook` CLI that is Prefect and Inspect, seconds
+per worker). It imports only this module, `scorers.grade` and the verifier modules it is told to
+preload, so it is ready in a fraction of a second, and it imports them from disk as they are now
+(an edited verifier is what gets run). Each worker has one chunk at a time: a list of compact
+tuples in, a list of compact result tuples out, over a socket pair.
+
+Fault isolation: a verifier that raises or overruns the per-sample limit makes that sample
+`unscored` (inside the worker); a worker that dies (segfault, OOM kill) makes the chunk it held
+`unscored` and is replaced.
+
+Nothing here imports Prefect, Inspect or the warehouse: this module is the workers' whole world.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import pickle
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from scorers.grade import Grade, SampleView, unscored
+
+__all__ = ["GradingPool", "SampleRow", "ResultRow", "grade_chunk", "grade_one"]
+
+# (completion, targets, metadata JSON, sample_id): what a verifier may read of one sample.
+SampleRow = tuple[str | None, list[str] | None, str | None, str | None]
+# (status, value, answer, explanation, reason, metadata JSON, seconds)
+ResultRow = tuple[str, float | None, str | None, str, str, str, float]
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+class _SampleTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _SampleTimeout
+
+
+def short_traceback(exc: BaseException, limit: int = 1500) -> str:
+    """The last frames of `exc`'s traceback, at most `limit` characters."""
+    text = "".join(traceback.format_exception(exc, limit=-4)).strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def grade_one(grade: Callable[[SampleView], Grade], view: SampleView, timeout_s: float) -> Grade:
+    """Call a verifier on one sample; never raises (a failure becomes an unscored Grade)."""
+    use_alarm = timeout_s > 0 and hasattr(signal, "setitimer")
+    try:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        result = grade(view)
+        if not isinstance(result, Grade):
+            return unscored(
+                "verifier_error", f"verifier returned {type(result).__name__}, not a Grade"
+            )
+        return result
+    except _SampleTimeout:
+        return unscored("timeout", f"verifier did not finish within {timeout_s:g}s")
+    except Exception as exc:
+        return unscored(
+            "verifier_error",
+            f"verifier raised {type(exc).__name__}: {str(exc)[:200]}",
+            traceback=short_traceback(exc),
+        )
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def grade_chunk(
+    grade: Callable[[SampleView], Grade], rows: Sequence[SampleRow], timeout_s: float
+) -> list[ResultRow]:
+    """Grade rows in this process (main thread: the per-sample limit uses SIGALRM).
+
+    Returns one result tuple per row, in order; the caller adds the key columns back.
+    """
+    # SIGALRM is delivered to the main thread only: elsewhere the per-sample limit is off and
+    # the verifier's own bounds are what hold (the math verifier's are hard)
+    if threading.current_thread() is not threading.main_thread():
+        timeout_s = 0.0
+    if timeout_s > 0 and hasattr(signal, "setitimer"):
+        signal.signal(signal.SIGALRM, _on_alarm)
+    out: list[ResultRow] = []
+    for completion, target, metadata, sample_id in rows:
+        t0 = time.perf_counter()
+        view = SampleView(
+            completion=completion or "",
+            target=list(target or []),
+            metadata=_loads(metadata),
+            sample_id=sample_id,
+        )
+        g = grade_one(grade, view, timeout_s)
+        value = g.value if g.status == "scored" else None
+        if value is not None and math.isnan(value):
+            value = None
+        out.append(
+            (
+                g.status,
+                value,
+                g.answer,
+                g.explanation,
+                g.reason,
+                json.dumps(g.metadata, default=str) if g.metadata else "{}",
+                time.perf_counter() - t0,
+            )
+        )
+    return out
+
+
+def _loads(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def failed_rows(n: int, why: str, exc: BaseException | None = None) -> list[ResultRow]:
+    """`n` unscored results (reason "verifier_error") for a chunk that could not be graded."""
+    meta = json.dumps({"traceback": short_traceback(exc)}) if exc is not None else "{}"
+    return [("unscored", None, None, why[:300], "verifier_error", meta, 0.0)] * n
+
+
+# -- worker process --------------------------------------------------------------------------
+
+
+def _worker_main(fd: int) -> None:
+    """A grading worker's loop: preload, then grade chunks until the channel closes."""
+    conn = Connection(fd)
+    sys_path, preload = conn.recv()
+    sys.path[:] = sys_path
+    for name in preload:
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: S112 - a hint only; the grade call reports the real error
+            continue
+        # A verifier may offer warm_up() (math boots its sympy zygote). Run in the background:
+        # grading the many samples that need no sympy starts at once, and the boot (another
+        # process) overlaps it instead of stalling the first chunk.
+        warm_up = getattr(module, "warm_up", None)
+        if callable(warm_up):
+            threading.Thread(target=_quietly, args=(warm_up,), daemon=True).start()
+    # Jobs are read by a thread into a queue, so the parent can hand over the next chunk while
+    # this one is graded (no idle gap between chunks) without either side blocking on a full
+    # socket. Grading stays on the main thread: the per-sample limit is a SIGALRM.
+    jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
+    threading.Thread(target=_read_jobs, args=(conn, jobs), daemon=True).start()
+    while (item := jobs.get()) is not None:
+        job, payload = item
+        try:
+            grade, rows, timeout_s = pickle.loads(payload)
+            reply: tuple = (job, "ok", grade_chunk(grade, rows, timeout_s))
+        except Exception as exc:  # e.g. the verifier cannot be unpickled here
+            reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
+        try:
+            conn.send(reply)
+        except OSError:  # the parent went away
+            return
+
+
+def _read_jobs(conn: Connection, jobs: queue.SimpleQueue) -> None:
+    try:
+        while True:
+            jobs.put(conn.recv())
+    except (EOFError, OSError):
+        jobs.put(None)
+
+
+def _quietly(fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: S110 - a failed warm-up shows up, per sample, when it matters
+        pass
+
+
+# -- parent side -----------------------------------------------------------------------------
+
+
+class _Worker:
+    def __init__(self, preload: Sequence[str]) -> None:
+        ours, theirs = socket.socketpair()
+        code = (
+            f"import sys; sys.path.insert(0, {_ROOT!r}); "
+            f"from flows.grading_pool import _worker_main; _worker_main({theirs.fileno()})"
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
+        )
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        self.conn.send((list(sys.path), tuple(preload)))
+        self.jobs: list[int] = []  # handed over, not yet answered (oldest first)
+
+    def close(self, kill: bool = False) -> None:
+        if not self.conn.closed:
+            self.conn.close()
+        if kill:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class GradingPool:
+    """Grading worker processes, started on first use (or early with `start()`).
+
+    Args:
+        workers: number of worker processes.
+        depth: chunks handed to a worker at once (the next one waits in its queue, so the
+            worker never idles between chunks; a dead worker loses at most this many).
+    """
+
+    def __init__(self, workers: int, depth: int = 2) -> None:
+        self.workers = max(1, workers)
+        self.depth = max(1, depth)
+        self._preload: tuple[str, ...] = ()
+        self._procs: list[_Worker] = []
+
+    def start(self, modules: Iterable[str] = ()) -> None:
+        """Launch the workers now (not awaited) and have them import `modules`, so their
+        start-up overlaps whatever the caller does next (ingest, reading samples)."""
+        self._preload = tuple(dict.fromkeys([*self._preload, *modules]))
+        while len(self._procs) < self.workers:
+            self._procs.append(_Worker(self._preload))
+
+    def map(
+        self,
+        grade: Callable[[SampleView], Grade],
+        chunks: Sequence[Sequence[SampleRow]],
+        timeout_s: float,
+        done: Callable[[int, list[ResultRow]], None],
+    ) -> None:
+        """Grade every chunk; call `done(index, results)` as each finishes (in any order).
+
+        `done` runs in this thread while the workers go on with the chunks they hold, so it
+        may do slow things (write a batch) without stalling them.
+
+        A chunk whose worker died, or that the worker could not run (the verifier does not
+        unpickle there), gets `failed_rows`; the pool replaces a dead worker and goes on.
+        """
+        module = getattr(grade, "__module__", None)
+        self.start([module] if module else [])
+        todo = list(range(len(chunks)))[::-1]
+        try:
+            for w in list(self._procs):
+                self._fill(w, grade, chunks, timeout_s, todo, done)
+            while busy := {w.conn: w for w in self._procs if w.jobs}:
+                for conn in wait(list(busy)):
+                    w = busy[conn]  # type: ignore[index]
+                    try:
+                        msg = w.conn.recv()
+                    except (EOFError, OSError) as exc:
+                        why = f"scoring worker died (exit code {w.proc.poll()}): {exc or 'EOF'}"
+                        lost, w.jobs = w.jobs, []
+                        for job in lost:
+                            done(job, failed_rows(len(chunks[job]), why))
+                        w = self._replace(w)
+                    else:
+                        job = msg[0]
+                        w.jobs.remove(job)
+                        if msg[1] == "ok":
+                            done(job, msg[2])
+                        else:
+                            why = f"scoring worker failed: {msg[2]}"
+                            meta = json.dumps({"traceback": msg[3]})
+                            row = ("unscored", None, None, why[:300], "verifier_error", meta, 0.0)
+                            done(job, [row] * len(chunks[job]))
+                    self._fill(w, grade, chunks, timeout_s, todo, done)
+        except BaseException:
+            # interrupted mid-map: the workers' state is unknown; start over next time
+            self.close(kill=True)
+            raise
+
+    def _fill(
+        self,
+        w: _Worker,
+        grade: Callable[[SampleView], Grade],
+        chunks: Sequence[Sequence[SampleRow]],
+        timeout_s: float,
+        todo: list[int],
+        done: Callable[[int, list[ResultRow]], None],
+    ) -> None:
+        while todo and len(w.jobs) < self.depth:
+            job = todo.pop()
+            try:
+                payload = pickle.dumps((grade, list(chunks[job]), timeout_s), protocol=5)
+            except Exception as exc:  # a verifier that cannot be pickled cannot go to a worker
+                done(job, failed_rows(len(chunks[job]), f"scoring worker failed: {exc}", exc))
+                continue
+            try:
+                w.conn.send((job, payload))
+            except OSError:
+                todo.append(job)
+                if w.jobs:  # it died mid-job: that surfaces, and is handled, on its next read
+                    return
+                w = self._replace(w)  # it died while idle
+                continue
+            w.jobs.append(job)
+
+    def _replace(self, w: _Worker) -> _Worker:
+        w.close(kill=True)
+        self._procs.remove(w)
+        fresh = _Worker(self._preload)
+        self._procs.append(fresh)
+        return fresh
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the workers (closing a worker's channel ends its loop)."""
+        procs, self._procs = self._procs, []
+        for w in procs:  # every channel first: the workers wind down side by side
+            w.conn.close()
+        for w in procs:
+            w.close(kill=kill)
+
+    def pids(self) -> list[int]:
+        """The workers' process ids (for tests and diagnostics)."""
+        return [w.proc.pid for w in self._procs]

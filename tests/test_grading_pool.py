@@ -1,0 +1,124 @@
+"""The scoring stage's worker processes: light imports, order, fault isolation, worker death."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flows.grading_pool import GradingPool
+from flows.score import ScoreOptions, grade_batch
+from scorers.registry import Verifier
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_VERIFIER = """
+import os, sys, time
+from scorers.grade import scored
+
+HEAVY = ("inspect_ai", "prefect", "sympy", "warehouse", "duckdb")
+
+
+def grade(view):
+    if view.completion == "die":
+        os._exit(3)  # a segfault or OOM kill, as the parent sees it
+    if view.completion == "spin":
+        while True:  # pure Python: the per-sample alarm can stop it
+            pass
+    if view.completion == "raise":
+        raise ValueError("bad sample")
+    loaded = sorted(m for m in HEAVY if m in sys.modules)
+    return scored(float(view.completion == view.target[0]), answer=view.completion,
+                  explanation="cmp", reason="cmp", pid=os.getpid(), loaded=loaded)
+"""
+
+
+@pytest.fixture
+def verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Verifier:
+    name = f"pool_probe_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(_VERIFIER))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__(name)
+    return Verifier(name="probe", grade=module.grade, module=name)
+
+
+def _rows(completions: list[str], target: str = "42") -> list[dict]:
+    return [
+        {"run_id": "r", "sample_id": str(i), "epoch": 1, "completion": c, "target": [target],
+         "metadata": "{}", "error": None}
+        for i, c in enumerate(completions)
+    ]  # fmt: skip
+
+
+def _grade(verifier: Verifier, rows: list[dict], workers: int = 2, **opts) -> list[tuple]:
+    pool = GradingPool(workers)
+    try:
+        return grade_batch(
+            pool, verifier, rows, ScoreOptions(workers=workers, chunk_size=3, **opts),
+            in_process=False,
+        )  # fmt: skip
+    finally:
+        pool.close()
+
+
+def test_workers_grade_in_order_without_importing_inspect_or_prefect(verifier) -> None:
+    rows = _rows(["42", "41"] * 10)
+    results = _grade(verifier, rows)
+    assert [r[1] for r in results] == [1.0, 0.0] * 10  # each result lands on its own sample
+    import json
+
+    metas = [json.loads(r[5]) for r in results]
+    assert {m["loaded"] == [] for m in metas} == {True}
+    assert len({m["pid"] for m in metas}) == 2  # both workers took chunks
+    assert all(m["pid"] != __import__("os").getpid() for m in metas)
+
+
+def test_a_dead_worker_costs_only_its_chunks_and_is_replaced(verifier) -> None:
+    completions = ["42"] * 12
+    completions[4] = "die"  # chunk 1 (samples 3-5)
+    results = _grade(verifier, _rows(completions), workers=1)
+    died = [i for i, r in enumerate(results) if r[0] == "unscored"]
+    # one worker holds two chunks at once (depth 2): at most those two are lost
+    assert set(range(3, 6)) <= set(died) <= set(range(3, 9))
+    assert all("scoring worker died" in results[i][3] for i in died)
+    assert all(r[0] == "scored" and r[1] == 1.0 for i, r in enumerate(results) if i not in died)
+    assert [r[0] for r in results[9:]] == ["scored"] * 3  # the replacement worker went on
+
+
+def test_raising_and_spinning_samples_are_unscored_with_reasons(verifier) -> None:
+    results = _grade(verifier, _rows(["42", "raise", "spin", "42"]), sample_timeout_s=0.5)
+    assert [(r[0], r[4]) for r in results] == [
+        ("scored", "cmp"),
+        ("unscored", "verifier_error"),
+        ("unscored", "timeout"),
+        ("scored", "cmp"),
+    ]
+    assert "ValueError: bad sample" in results[1][5]  # the traceback is kept
+
+
+def test_generation_errors_never_reach_the_verifier(verifier) -> None:
+    rows = _rows(["die", "42"])
+    rows[0]["error"] = "RuntimeError: model server returned 500\nmore"
+    results = _grade(verifier, rows)
+    assert results[0][:5] == (
+        "error", None, None, "RuntimeError: model server returned 500", "generation_error"
+    )  # fmt: skip
+    assert results[1][:2] == ("scored", 1.0)
+
+
+def test_verifier_core_imports_without_inspect_or_prefect() -> None:
+    code = (
+        "import sys; import flows.grading_pool, scorers.math; "
+        "print(sorted(m for m in ('inspect_ai', 'prefect', 'sympy', 'anyio') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+    # and the Inspect scorer is still where callers import it from
+    from scorers.math import math_verifier
+
+    assert callable(math_verifier)
