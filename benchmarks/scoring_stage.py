@@ -8,6 +8,7 @@ Rows:
     against (a) a bare single-process loop calling `is_correct` on the already-extracted answers
     (bar: >= 1.5x on 2 cores) and (b) `inspect_ai.score()` with the same math scorer on the same
     log (bar: >= 3x).
+  - the score flow run again on the same warehouse (nothing left to score): its fixed cost.
   - the fixed overhead of one `gradebook sweep` with one sample, as a subprocess (Prefect start-up
     included), against a bare `inspect eval` of the same one sample in a subprocess.
 
@@ -149,7 +150,13 @@ def flow_score(log: Path, workers: int) -> tuple[float, float, int]:
         summaries = score_flow([str(log)], db, ["math"], workers, progress=False)
         total = time.perf_counter() - t0
         correct = sum(s.correct for s in summaries)
-    return total, ingest_s, correct
+        # the same flow again finds nothing left to score: what is left is its fixed cost
+        # (Prefect flow and task runs, the idempotent ingest, fingerprint, the pool's start)
+        t0 = time.perf_counter()
+        again = score_flow([str(log)], db, ["math"], workers, progress=False)
+        fixed_s = time.perf_counter() - t0
+        assert sum(s.written for s in again) == 0, "a re-run wrote scores again"
+    return total, ingest_s, correct, fixed_s
 
 
 def sweep_overhead(tmp: Path) -> tuple[float, float]:
@@ -195,7 +202,7 @@ def main() -> None:
         from prefect.settings import temporary_settings
 
         with temporary_settings(updates={"api.url": api}):
-            flow_s, ingest_s, flow_correct = flow_score(log, args.workers)
+            flow_s, ingest_s, flow_correct, fixed_s = flow_score(log, args.workers)
         os.environ.pop("PREFECT_API_URL", None)
     if flow_correct != bare_correct:
         print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}")
@@ -207,6 +214,9 @@ def main() -> None:
             n / insp_s, insp_s / flow_s, ">= 3x inspect score", insp_s / flow_s >= 3),
         Row("ingest (informational, not in the flow rows)", n / ingest_s, "samples/s",
             "bare loop, 1 process", n / bare_s, bare_s / ingest_s, "informational", True),
+        Row("score flow re-run, nothing to score (fixed cost)", fixed_s, "s",
+            "score flow, first run", flow_s, fixed_s / flow_s,
+            "informational: share of the first run that is fixed cost", True),
     ]  # fmt: skip
     if not args.quick:
         with tempfile.TemporaryDirectory() as tmp:

@@ -215,8 +215,13 @@ class _Worker:
             self.conn.close()
         if kill:
             self.proc.kill()
+        # Reaped in the background: a worker still booting its verifier's helpers (sympy)
+        # finishes that and exits on its own; the stage need not wait for it.
+        threading.Thread(target=self._reap, daemon=True, name="grading-worker-reap").start()
+
+    def _reap(self) -> None:
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -326,10 +331,8 @@ class GradingPool:
         return fresh
 
     def close(self, kill: bool = False) -> None:
-        """Stop the workers (closing a worker's channel ends its loop)."""
+        """Stop the workers (closing a worker's channel ends its loop); returns at once."""
         procs, self._procs = self._procs, []
-        for w in procs:  # every channel first: the workers wind down side by side
-            w.conn.close()
         for w in procs:
             w.close(kill=kill)
 
