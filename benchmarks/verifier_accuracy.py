@@ -128,14 +128,17 @@ def inspect_math_fn() -> Callable[[dict], bool]:
     return run
 
 
-def tally(rows: list[dict], decide: Callable[[dict], bool]) -> dict:
+def tally(rows: list[dict], decide: Callable[[dict], bool], *, strict: bool = False) -> dict:
+    """Agreement counts; `strict` (our verifier, which must never raise) lets errors through."""
     agree = fp = fn = 0
     agree_u = n_u = fp_u = 0
     wrong: list[tuple[int, dict, bool]] = []
     for i, row in enumerate(rows):
         try:
             got = decide(row)
-        except Exception:  # a crashing grader counts as "not equal"
+        except Exception:  # a crashing comparison grader counts as "not equal"
+            if strict:
+                raise
             got = False
         label = row["equivalent"]
         agree += got == label
@@ -172,9 +175,11 @@ def main() -> None:
         "math-verify": math_verify_fn,
         "inspect math()": inspect_math_fn(),
     }
-    results = {name: tally(mv_rows, fn) for name, fn in graders.items()}
+    results = {name: tally(mv_rows, fn, strict=name == "gradebook") for name, fn in graders.items()}
     other = {
-        "gradebook": tally(other_rows, lambda r: ours(r["candidate"], r["reference"], "expr")),
+        "gradebook": tally(
+            other_rows, lambda r: ours(r["candidate"], r["reference"], "expr"), strict=True
+        ),
         "math-verify": tally(
             other_rows, lambda r: math_verify_fn({**r, "match_types": "defaults"})
         ),
@@ -187,10 +192,10 @@ def main() -> None:
     mv = results["math-verify"]
     rows: list[Row] = []
     for name, res in results.items():
-        ours = name == "gradebook"
+        is_ours = name == "gradebook"
         # The bars are gradebook's; the other verifiers' rows are the comparison.
-        bar_agree = ">= 99%" if ours else "reported (comparison)"
-        bar_fp = "0" if ours else "reported (comparison)"
+        bar_agree = ">= 99%" if is_ours else "reported (comparison)"
+        bar_fp = "0" if is_ours else "reported (comparison)"
         rows.append(Row(f"{name}: agreement, all 270 labels", 100 * res["agree"] / res["n"], "%",
                         "math-verify", 100 * mv["agree"] / mv["n"],
                         res["agree"] / max(mv["agree"], 1),
@@ -198,13 +203,13 @@ def main() -> None:
         rows.append(Row(f"{name}: agreement, {res['n_u']} undisputed labels",
                         100 * res["agree_u"] / res["n_u"], "%", "math-verify",
                         100 * mv["agree_u"] / mv["n_u"], res["agree_u"] / max(mv["agree_u"], 1),
-                        bar_agree, not ours or res["agree_u"] / res["n_u"] >= 0.99))  # fmt: skip
+                        bar_agree, not is_ours or res["agree_u"] / res["n_u"] >= 0.99))  # fmt: skip
         rows.append(Row(f"{name}: false positives, all 270 labels", res["fp"], "pairs",
                         "math-verify", mv["fp"], res["fp"] / max(mv["fp"], 1),
                         "reported (disputed labels listed below)", True))  # fmt: skip
         rows.append(Row(f"{name}: false positives, undisputed labels", res["fp_u"], "pairs",
                         "math-verify", mv["fp_u"], res["fp_u"] / max(mv["fp_u"], 1),
-                        bar_fp, not ours or res["fp_u"] == 0))  # fmt: skip
+                        bar_fp, not is_ours or res["fp_u"] == 0))  # fmt: skip
         rows.append(Row(f"{name}: false negatives", res["fn"], "pairs", "math-verify", mv["fn"],
                         res["fn"] / max(mv["fn"], 1), "reported", True))  # fmt: skip
     for name, res in other.items():
