@@ -57,7 +57,11 @@ def read_manifest(path: str | Path) -> list[GenerationResult]:
 
 @flow(name="cluster-generate", log_prints=False)
 def cluster_generate(
-    model: dict[str, Any], tasks: list[dict[str, Any]], log_dir: str, manifest: str
+    model: dict[str, Any],
+    tasks: list[dict[str, Any]],
+    log_dir: str,
+    manifest: str,
+    sweep: str | None = None,
 ) -> int:
     """Generate (never score) every task with one model on this worker.
 
@@ -66,13 +70,14 @@ def cluster_generate(
         tasks: TaskConfigs as JSON; task files must be at the same path on every host.
         log_dir: the shared log directory the .eval logs go to.
         manifest: where to write the list of GenerationResults (JSON) for the dispatcher.
+        sweep: the sweep's name, recorded in each log's metadata.
 
     Returns:
         How many (model, task) results were recorded.
     """
     model_cfg = ModelConfig.model_validate(model)
     task_cfgs = [TaskConfig.model_validate(t) for t in tasks]
-    results = run_generation(model_cfg, task_cfgs, Path(log_dir))
+    results = run_generation(model_cfg, task_cfgs, Path(log_dir), sweep=sweep)
     _write_json_atomically(Path(manifest), [asdict(r) for r in results])
     return len(results)
 

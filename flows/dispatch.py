@@ -252,6 +252,7 @@ def dispatch_generation(
                     "tasks": tasks,
                     "log_dir": str(cfg.log_dir),
                     "manifest": str(manifest),
+                    "sweep": cfg.name,
                 },
             )
         )

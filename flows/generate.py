@@ -75,7 +75,12 @@ def load_bundled_tasks() -> None:
 
 
 def run_generation(
-    model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path, *, display: str = "none"
+    model_cfg: ModelConfig,
+    tasks: list[TaskConfig],
+    log_dir: Path,
+    *,
+    display: str = "none",
+    sweep: str | None = None,
 ) -> list[GenerationResult]:
     """Generate every task with one model, in this process (no Prefect).
 
@@ -84,6 +89,8 @@ def run_generation(
         tasks: the tasks to run with it.
         log_dir: where the .eval logs go.
         display: Inspect's display ("none" under gradebook's own progress bar).
+        sweep: the sweep's name, written into each log's metadata so `gradebook gate --sweep`
+            finds its runs.
     """
     from inspect_ai import eval as inspect_eval
 
@@ -110,7 +117,11 @@ def run_generation(
                     retry_on_error=model_cfg.retry_on_error or None,
                     display=display,  # type: ignore[arg-type]
                     tags=["gradebook", model_cfg.label],
-                    metadata={"gradebook_model": model_cfg.label, "verifiers": task_cfg.verifiers},
+                    metadata={
+                        "gradebook_model": model_cfg.label,
+                        "verifiers": task_cfg.verifiers,
+                        **({"sweep": sweep} if sweep else {}),
+                    },
                 )
             except Exception as exc:  # a broken task must not stop the other tasks
                 results.append(
@@ -147,10 +158,10 @@ def _short(exc: BaseException) -> str:
 
 @task(name="generate-model", task_run_name="generate {model_cfg.label}")
 def generate_for_model(
-    model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path
+    model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path, sweep: str | None = None
 ) -> list[GenerationResult]:
     """Prefect task: every task of the sweep with one model (one model server start)."""
-    return run_generation(model_cfg, tasks, log_dir)
+    return run_generation(model_cfg, tasks, log_dir, sweep=sweep)
 
 
 @flow(name="generate", log_prints=False)
@@ -168,5 +179,5 @@ def generate_models(cfg: SweepConfig) -> list[GenerationResult]:
     """Run the generate-model task for each model in turn (called inside a flow)."""
     results: list[GenerationResult] = []
     for model_cfg in cfg.models:
-        results += generate_for_model(model_cfg, cfg.tasks, cfg.log_dir)
+        results += generate_for_model(model_cfg, cfg.tasks, cfg.log_dir, sweep=cfg.name)
     return results

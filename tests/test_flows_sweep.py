@@ -68,6 +68,14 @@ def test_sweep_end_to_end_with_mockllm(prefect_api, tmp_path, exact_check):
 
     log = read_eval_log(result.generations[0].log)
     assert log.results is None or not log.results.scores
+    # the log says which sweep made it, so `gradebook gate --sweep` finds runs it never gated
+    assert log.eval.metadata["sweep"] == cfg.name
+    from warehouse.gates import newest_runs
+
+    with wh.write() as con:
+        con.execute("DELETE FROM wh.gates")
+    with wh.read() as con:
+        assert newest_runs(con, sweep=cfg.name) == [result.generations[0].run_id]
 
 
 @pytest.mark.slow
