@@ -18,7 +18,14 @@ from pathlib import Path
 
 IMAGE_REPOSITORY = "gradebook-sandbox"
 # The repository root when the project is installed editable (the only way it is installed).
-RECIPE_DIR = Path(__file__).resolve().parents[1] / "infra" / "sandbox"
+# A checkout keeps the recipe in infra/sandbox/; a wheel carries the same files inside the package
+# (pyproject's force-include), so an installed gradebook builds the same image.
+_CHECKOUT_RECIPE = Path(__file__).resolve().parents[1] / "infra" / "sandbox"
+RECIPE_DIR = (
+    _CHECKOUT_RECIPE
+    if _CHECKOUT_RECIPE.is_dir()
+    else Path(__file__).resolve().parent / "_sandbox_recipe"
+)
 IMAGE_ENV = "GRADEBOOK_SANDBOX_IMAGE"
 
 
