@@ -188,6 +188,9 @@ def test_gate_lookups_leave_the_connection_usable_for_sql(pair):
     with Warehouse(current).read() as con:
         assert resolve_run_id(con, "r-b") == "r-b"
         assert con.sql("SELECT count(*) FROM runs").fetchall() == [(3,)]
-        run = {"task": "t", "model": "m", "run_id": "r-b", "created": T0 + timedelta(days=5)}
+        later = T0 + timedelta(days=5)
+        # the columns evaluate_gate reads from `runs` for the run being gated
+        run = {"task": "t", "model": "m", "run_id": "r-b", "created": later,
+               "first_ingested_at": later}  # fmt: skip
         assert _find_baseline(con, run, GateRules()) == (None, None)
         assert con.sql("SELECT count(*) FROM runs").fetchall() == [(3,)]
