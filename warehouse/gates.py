@@ -78,7 +78,9 @@ def newest_runs(con: duckdb.DuckDBPyConnection, *, sweep: str | None = None) -> 
         params = [sweep, f"sweep:{sweep}", sweep]
     rows = con.execute(
         f"SELECT run_id FROM runs {where} "
-        "QUALIFY row_number() OVER (PARTITION BY task, model ORDER BY created DESC, run_id DESC) = 1 "
+        # `created` is to the second: runs of one sweep can tie, the one ingested last is newer
+        "QUALIFY row_number() OVER (PARTITION BY task, model "
+        "  ORDER BY created DESC, first_ingested_at DESC, run_id DESC) = 1 "
         "ORDER BY task, model",
         params,
     ).fetchall()
