@@ -426,9 +426,14 @@ def _zygote_main(fd: int) -> None:
             finally:
                 os._exit(0)
         child_end.close()
-        conn.send(("forked", pid))
-        send_handle(sock, parent_end.fileno(), os.getppid())
-        parent_end.close()
+        try:
+            conn.send(("forked", pid))
+            send_handle(sock, parent_end.fileno(), os.getppid())
+        except OSError:
+            # the pool's owner exited while this spare was starting: the pool is gone
+            return
+        finally:
+            parent_end.close()
 
 
 def _die_with_parent(parent: int) -> None:
