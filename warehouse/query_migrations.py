@@ -3,7 +3,7 @@
 Why: over 10 M score rows `run_metrics` took ~6 s (its pass@k wrapper grouped every score row by
 sample, for every run, to compute a value that is trivial when each sample has one attempt) and
 `grade_flips` ~2 s (a self-join of the whole table on its string key). Both keep every column and
-its meaning; docs/readme/warehouse.md says what changed underneath.
+its meaning; the README (The warehouse) says what changed underneath.
 
 * `run_metrics` is one aggregation pass over `wh.scores`. pass@k needs per-sample attempt counts
   only where a sample can have several attempts (the run has epochs > 1, or its scores span more
