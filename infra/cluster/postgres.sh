@@ -18,7 +18,9 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
         echo "postgres.sh: PostgreSQL is not installed; run as root (apt-get install -y postgresql)" >&2
         exit 2
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null
+    # a fresh image may have no package lists yet: update once, only when the package is unknown
+    apt-cache show postgresql >/dev/null 2>&1 || apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q postgresql >/dev/null
 fi
 BIN="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
 as_pg() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
