@@ -88,9 +88,9 @@ def main() -> None:
 
 
 def _measure(api, tmp, verifier, n, chunk, setup_cluster, worker_command, worker_env):
-    import signal
     import subprocess
 
+    from flows.server import stop_process_group
     from flows.sweep import sweep_flow
 
     setup_cluster()
@@ -127,14 +127,7 @@ def _measure(api, tmp, verifier, n, chunk, setup_cluster, worker_command, worker
         t_cluster = time.perf_counter() - t0
     finally:
         for w in workers:
-            try:
-                os.killpg(w.pid, signal.SIGTERM)
-                w.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(w.pid, signal.SIGKILL)
-                w.wait(timeout=15)
-            except ProcessLookupError:
-                pass
+            stop_process_group(w)
     assert embedded.rows[0].scored == clustered.rows[0].scored == n, "sweeps did not score all"
     report = clustered.dispatch
     ran = _run_times([r.flow_run_ids[-1] for r in report.runs])

@@ -20,7 +20,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["PrefectServerError", "free_port", "local_server", "quiet_env", "server_healthy"]
+__all__ = [
+    "PrefectServerError",
+    "free_port",
+    "local_server",
+    "quiet_env",
+    "server_healthy",
+    "stop_process_group",
+]
 
 
 class PrefectServerError(RuntimeError):
@@ -107,10 +114,11 @@ def local_server(
                 time.sleep(0.25)
             yield api_url
         finally:
-            _stop(proc)
+            stop_process_group(proc)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a process started with its own session, SIGKILL it if it lingers."""
     if proc.poll() is not None:
         return
     try:
