@@ -399,10 +399,16 @@ def _zygote_main(fd: int) -> None:
     try:
         for name in preload:
             importlib.import_module(name)
+        status: tuple[str, str | None] = ("ready", None)
     except BaseException as exc:  # noqa: BLE001 - reported to the pool, which reports it on
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        status = ("error", f"{type(exc).__name__}: {exc}")
+    try:
+        conn.send(status)
+    except OSError:
+        # the pool's owner exited during the imports (e.g. a worker killed at start-up)
         return
-    conn.send(("ready", None))
+    if status[0] == "error":
+        return
     zygote_pid = os.getpid()
     while True:
         _reap()
