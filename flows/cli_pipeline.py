@@ -55,13 +55,18 @@ def _run_flow(verbose: bool, fn: Callable[[], T]) -> T:
         raise _fail("interrupted", 130) from None
 
 
-def _load(config: Path) -> Any:
+def _load(config: Path, *, tasks: bool = False) -> Any:
+    """Load a sweep config; with `tasks`, also load each task once (before Prefect starts)."""
     from flows.config import ConfigError, load_config
+    from flows.task_specs import check_tasks
 
     try:
-        return load_config(config)
+        cfg = load_config(config)
+        if tasks:
+            check_tasks(cfg)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    return cfg
 
 
 def _pct(x: float | None) -> str:
@@ -123,7 +128,7 @@ def sweep(
     """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary."""
     from flows.sweep import sweep_flow
 
-    cfg = _load(config)
+    cfg = _load(config, tasks=True)
     result = _run_flow(verbose, lambda: sweep_flow(cfg, workers=workers, gate=not no_gate))
     console.print(summary_table(result))
     print_gate_problems(result)
@@ -137,7 +142,7 @@ def generate(
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
     from flows.generate import generate_flow
 
-    cfg = _load(config)
+    cfg = _load(config, tasks=True)
     results = _run_flow(verbose, lambda: generate_flow(cfg))
     table = Table(title="generated logs", title_justify="left")
     for col in ("model", "task", "samples", "errored", "status", "log"):

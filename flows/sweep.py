@@ -17,6 +17,7 @@ from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, generate_models
 from flows.score import RunScore, ScoreOptions, ingest_task, score_runs
+from flows.task_specs import check_tasks
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -189,6 +190,7 @@ def sweep_flow(
     pools (`flows.dispatch`); without one everything runs in this process.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
+    check_tasks(cfg)  # a task that cannot load is bad input: stop before any model is called
     dispatch = None
     if cfg.cluster is not None:  # [cluster]: the stages run on Prefect work pools
         from flows.dispatch import run_cluster_stages
