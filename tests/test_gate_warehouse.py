@@ -14,7 +14,7 @@ from flows.gate import evaluate_gates, overall_exit_code
 from warehouse import Warehouse
 from warehouse.gate_rules import GateRules
 from warehouse.gate_stats import mcnemar_exact, pass_at_k
-from warehouse.gates import gate_run
+from warehouse.gates import gate_run, planned_samples
 
 pytestmark = pytest.mark.slow
 
@@ -269,3 +269,38 @@ def test_sweep_selects_its_own_runs(world: World, tmp_path: Path) -> None:
         assert newest_runs(con, sweep="weekly") == [marked]
     [empty] = evaluate_gates(wh, None, sweep="monthly", fingerprints=FP)
     assert empty.exit_code == 2 and "sweep 'monthly' has no runs" in empty.problems[0]
+
+
+def test_coverage_counts_the_samples_a_limited_run_set_out_to_generate(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "gradebook.duckdb")
+    # A 20-item dataset run with limit = 5 whose every generation failed: Inspect writes no
+    # results (so no total) into the log. The run is complete at 5 samples, not 25% covered;
+    # what fails is the error rate.
+    log = run_eval(
+        tmp_path / "logs", _answers(set(), 20), task_name="lim", limit=5, errors=range(5)
+    )
+    rid = ingest(wh, log)
+    score_run(wh, rid, exact, fingerprint="fp-v1")
+    res = gate_run(wh, rid, GateRules(max_error_rate=0.1), FP, record=False)
+    cov = rule(res, "min_coverage")
+    assert cov.passed is True
+    assert cov.value == pytest.approx(1.0)
+    assert "5 present / 5 expected" in cov.detail
+    assert rule(res, "max_error_rate").passed is False
+
+
+@pytest.mark.parametrize(
+    ("config", "planned"),
+    [
+        ({}, 20),
+        ({"limit": 5}, 5),
+        ({"limit": 50}, 20),
+        ({"limit": [10, 15]}, 5),
+        ({"limit": [15, 40]}, 5),
+        ({"sample_id": ["a", "b", 3]}, 3),
+        ({"sample_id": "a"}, 1),
+        ({"sample_id": ["q*"]}, None),
+    ],
+)
+def test_planned_samples_follows_inspects_limit_and_sample_id(config, planned) -> None:
+    assert planned_samples(20, json.dumps({"config": config})) == planned
