@@ -310,25 +310,30 @@ class Warehouse:
             return SAMPLES_TO_SCORE_SCHEMA.empty_table()
         if run_ids is not None and not run_ids:
             return SAMPLES_TO_SCORE_SCHEMA.empty_table()
-        params: list[Any] = [scorer, digest, list(run_ids) if run_ids is not None else None]
-        in_runs = "($3::VARCHAR[] IS NULL OR {col} IN (SELECT unnest($3::VARCHAR[])))"
+        params: dict[str, Any] = {"scorer": scorer, "digest": digest}
+        in_runs = ""
+        if run_ids is not None:
+            # composed, not `$runs IS NULL OR ...`: that OR would turn the semi-join into a
+            # mark join over every sample
+            in_runs = "AND {col} IN (SELECT unnest($runs::VARCHAR[]))"
+            params["runs"] = list(run_ids)
         if retry is not None:
             if retry == "all":
-                retryable = "list_contains($4::VARCHAR[], c.reason)"
-                params.append(list(RETRYABLE_REASONS))
+                retryable = "list_contains($reasons::VARCHAR[], c.reason)"
+                params["reasons"] = list(RETRYABLE_REASONS)
             else:
                 retryable = (
                     "(c.reason = 'sandbox_unavailable' OR "
-                    "(c.reason = 'verifier_error' AND starts_with(c.explanation, $4)))"
+                    "(c.reason = 'verifier_error' AND starts_with(c.explanation, $died)))"
                 )
-                params.append(WORKER_DIED)
+                params["died"] = WORKER_DIED
             sql = f"""
                 WITH cur AS (
                     SELECT run_id, sample_id, epoch, max(attempt) AS attempt,
                            arg_max(status, attempt) AS status, arg_max(reason, attempt) AS reason,
                            arg_max(explanation, attempt) AS explanation
                     FROM wh.scores
-                    WHERE scorer = $1 AND fingerprint = $2 AND {in_runs.format(col="run_id")}
+                    WHERE scorer = $scorer AND fingerprint = $digest {in_runs.format(col="run_id")}
                     GROUP BY run_id, sample_id, epoch
                 )
                 SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
@@ -339,7 +344,7 @@ class Warehouse:
                   ON c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
                 WHERE (c.attempt IS NULL
                        OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL))
-                  AND {in_runs.format(col="s.run_id")}
+                  {in_runs.format(col="s.run_id")}
                 ORDER BY s.run_id, s.sample_id, s.epoch
             """
         else:
@@ -349,9 +354,9 @@ class Warehouse:
                 FROM wh.samples s
                 WHERE NOT EXISTS (
                     SELECT 1 FROM wh.scores c
-                    WHERE c.scorer = $1 AND c.fingerprint = $2
+                    WHERE c.scorer = $scorer AND c.fingerprint = $digest
                       AND c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
-                ) AND {in_runs.format(col="s.run_id")}
+                ) {in_runs.format(col="s.run_id")}
                 ORDER BY s.run_id, s.sample_id, s.epoch
             """
         with self.read() as con:
