@@ -214,6 +214,29 @@ def test_unknown_run_and_unscored_run(world: World, tmp_path: Path) -> None:
     assert f"gradebook score --run {rid}" in res.problems[0]
 
 
+def test_the_gate_judges_a_retried_outage_by_its_retried_grades(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "retry.duckdb")
+    logs = tmp_path / "logs"
+    answers = _answers({0, 1, 2, 3})
+    base = ingest(wh, run_eval(logs, answers, task_name="retry"))
+    score_run(wh, base, exact)
+    assert gate_run(wh, base, GateRules(), FP).verdict == "pass"
+    cand = ingest(wh, run_eval(logs, answers, task_name="retry"))
+    score_run(wh, cand, outage_judge)  # the judge times out on the 4 wrong answers
+    assert gate_run(wh, cand, GateRules(), FP, record=False).verdict == "fail"
+
+    assert score_run(wh, cand, exact, retry="all") == 4  # the judge is back
+    rules = GateRules(metric="accuracy")
+    res = gate_run(wh, cand, rules, FP, record=False)
+    assert res.verdict == "pass"
+    assert rule(res, "max_unscored_rate").value == 0.0
+    assert res.metrics["exact"]["accuracy"] == pytest.approx(36 / 40)
+    # paired on every sample with the retried verdicts: nothing gained, nothing lost
+    assert res.baseline_run_id == base
+    assert "on 40 shared samples" in rule(res, "max_regression").detail
+    assert rule(res, "max_regression").value == 0.0
+
+
 def test_run_id_prefix_is_accepted(world: World) -> None:
     res = gate_run(world.wh, world.reshuffled[:10], GateRules(), FP, record=False)
     assert res.run_id == world.reshuffled

@@ -156,7 +156,8 @@ def _outcomes(
     """(sample_id, epoch) -> (status or None when unscored-yet, correct) for every sample."""
     rows = con.execute(
         "SELECT s.sample_id, s.epoch, c.status, coalesce(c.status = 'scored' AND c.value >= 1, false) "
-        "FROM samples s LEFT JOIN scores c ON c.run_id = s.run_id AND c.sample_id = s.sample_id "
+        "FROM samples s LEFT JOIN current_scores c ON c.run_id = s.run_id "
+        " AND c.sample_id = s.sample_id "
         " AND c.epoch = s.epoch AND c.scorer = ? AND c.fingerprint = ? "
         "WHERE s.run_id = ?",
         [scorer, fingerprint, run_id],
