@@ -24,6 +24,18 @@ def need(condition: bool, why: str) -> None:
     pytest.skip(why)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Caches (the fingerprint's) go to a session temp dir, never the user's ~/.cache."""
+    saved = os.environ.get("GRADEBOOK_CACHE_DIR")
+    os.environ["GRADEBOOK_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if saved is None:
+        os.environ.pop("GRADEBOOK_CACHE_DIR", None)
+    else:
+        os.environ["GRADEBOOK_CACHE_DIR"] = saved
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     need(SHARED_DATA.is_dir(), f"reference data not found at {SHARED_DATA} (../shared/data)")
