@@ -190,7 +190,7 @@ class Warehouse:
 
         try:
             logs.check_log_path(path)
-            header = logs.read_header(path)
+            header = logs.read_header(path, fast=direct_read)
             sha256, size = logs.file_digest(path)
         except logs.LogReadError as exc:
             return IngestResult(path, None, None, None, None, 0, 0, str(exc))
