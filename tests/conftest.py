@@ -27,13 +27,10 @@ def need(condition: bool, why: str) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
     """Caches (the fingerprint's) go to a session temp dir, never the user's ~/.cache."""
-    saved = os.environ.get("GRADEBOOK_CACHE_DIR")
-    os.environ["GRADEBOOK_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if saved is None:
-        os.environ.pop("GRADEBOOK_CACHE_DIR", None)
-    else:
-        os.environ["GRADEBOOK_CACHE_DIR"] = saved
+    from flows.envvars import environ_set
+
+    with environ_set({"GRADEBOOK_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}):
+        yield
 
 
 @pytest.fixture(scope="session")
