@@ -123,9 +123,9 @@ def file_key(path: Path, mtime_ns: int, size: int) -> str:
 
 def _still_current(key: str) -> bool:
     # entries for files since edited or deleted are dropped, so the file does not grow forever
-    path, mtime_ns, size = key.split("\0")
     try:
+        path, mtime_ns, size = key.split("\0")
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):
         return False
     return str(st.st_mtime_ns) == mtime_ns and str(st.st_size) == size

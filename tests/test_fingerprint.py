@@ -209,6 +209,7 @@ def test_corrupt_entries_are_recomputed(toy, new_process):
     data = json.loads(cache_file.read_text())
     for entry in data["files"].values():
         entry["imports"] = 5
+    data["files"]["not a key"] = {"normalised": 1}
     data["dists"]["map"] = {"json": "not-a-list"}
     cache_file.write_text(json.dumps(data))
     assert fingerprint(verifier()) == expected
