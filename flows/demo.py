@@ -5,12 +5,14 @@ for vLLM): both answer the bundled tasks from a script, each getting a different
 wrong, so the two runs differ and the history has something to show. Generation goes through
 Inspect's real `openai-api` provider; scoring, the warehouse and the gate are the real thing.
 Without a Docker Engine the code task's samples are unscored with reason `sandbox_unavailable`,
-and the gate says so.
+the gate says so, and the demo prints the commands that grade them from the saved transcripts
+once Docker is up.
 """
 
 from __future__ import annotations
 
 import importlib
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,14 +136,10 @@ def _toml(cfg: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _docker_available() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=3).ping()
-        return True
-    except Exception:
-        return False
+def _print_commands(*lines: str) -> None:
+    # soft_wrap: a command folded by rich would carry a newline into the user's copy-paste
+    for line in lines:
+        console.print(f"  {line}", soft_wrap=True, markup=False)
 
 
 def run_demo(directory: Path) -> int:
@@ -169,29 +167,34 @@ def run_demo(directory: Path) -> int:
             result = sweep_flow(cfg)
     console.print(summary_table(result))
     print_gate_problems(result)
-    docker_task = any(t.needs_docker for t in tasks)
-    if docker_task and not _docker_available():
+    db, toml = shlex.quote(str(cfg.warehouse)), shlex.quote(str(directory / "demo.toml"))
+    # counted from the summary (latest attempts): the sweep's own retry leaves a second
+    # unscored row per sample in the history, which is not a second sample
+    outage = sum(r.unscored_reasons.get("sandbox_unavailable", 0) for r in result.rows)
+    if outage:
         console.print(
-            "\n[yellow]Docker Engine not reachable:[/yellow] the code task's samples are unscored "
-            "(sandbox_unavailable) and its gate fails on max_unscored_rate. To enable it: "
-            "`make services` (installs and starts Docker Engine, builds the sandbox image), "
-            "then `make demo` again."
+            f"\n[yellow]{outage} code samples unscored (sandbox_unavailable):[/yellow] the Docker "
+            "sandbox was not available, so their tests never ran. Start it with `make services` "
+            "(Docker Engine + the sandbox image), then grade them from the saved transcripts "
+            "(no model calls) and gate again:"
         )
-    elif not docker_task:
+        _print_commands(
+            f"gradebook rescore --db {db} --retry-unscored", f"gradebook gate --config {toml}"
+        )
+    elif not any(t.needs_docker for t in tasks):
         console.print(
             "\n[dim]The HumanEval task is not part of this build (tasks/code.py not found).[/dim]"
         )
-    db = cfg.warehouse
-    console.print(
-        "\n[bold]Next:[/bold]\n"
-        f'  gradebook sql --db {db} "SELECT model, task, scorer, accuracy, n_scored, n_unscored '
-        'FROM run_metrics"\n'
-        f"  gradebook verifiers --db {db}\n"
-        "  # edit a verifier (e.g. scorers/math.py), then re-grade every saved sample:\n"
-        f"  gradebook rescore --db {db} --dry-run\n"
-        f"  gradebook rescore --db {db}\n"
-        f'  gradebook sql --db {db} "SELECT * FROM grade_flips"\n'
-        f"  gradebook report --db {db}"
+    console.print("\n[bold]Next:[/bold]")
+    _print_commands(
+        f'gradebook sql --db {db} "SELECT model, task, scorer, accuracy, n_scored, n_unscored '
+        'FROM run_metrics"',
+        f"gradebook verifiers --db {db}",
+        "# edit a verifier (e.g. scorers/math.py), then re-grade every saved sample:",
+        f"gradebook rescore --db {db} --dry-run",
+        f"gradebook rescore --db {db}",
+        f'gradebook sql --db {db} "SELECT * FROM grade_flips"',
+        f"gradebook report --db {db}",
     )
     if any(g.log is None for g in result.generations):
         return 2
