@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from scorers.grade import Grade, SampleView, unscored
+from scorers.zygote import ZygoteBroker
 
 __all__ = ["GradingPool", "SampleRow", "ResultRow", "grade_chunk", "grade_one"]
 
@@ -143,11 +144,16 @@ def failed_rows(n: int, why: str, exc: BaseException | None = None) -> list[Resu
 # -- worker process --------------------------------------------------------------------------
 
 
-def _worker_main(fd: int) -> None:
+def _worker_main(fd: int, broker_fd: int | None = None) -> None:
     """A grading worker's loop: preload, then grade chunks until the channel closes."""
     conn = Connection(fd)
     sys_path, preload = conn.recv()
     sys.path[:] = sys_path
+    if broker_fd is not None:
+        # before any verifier import: their pools then fork from the stage's shared zygotes
+        from scorers.zygote import use_broker
+
+        use_broker(broker_fd)
     for name in preload:
         try:
             module = importlib.import_module(name)
@@ -196,16 +202,21 @@ def _quietly(fn: Callable[[], object]) -> None:
 
 
 class _Worker:
-    def __init__(self, preload: Sequence[str]) -> None:
+    def __init__(self, preload: Sequence[str], broker: ZygoteBroker) -> None:
         ours, theirs = socket.socketpair()
+        to_broker = broker.channel()
+        fds = (theirs.fileno(), to_broker.fileno())
         code = (
             f"import sys; sys.path.insert(0, {_ROOT!r}); "
-            f"from flows.grading_pool import _worker_main; _worker_main({theirs.fileno()})"
+            f"from flows.grading_pool import _worker_main; _worker_main(*{fds})"
         )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
-        )
-        theirs.close()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code], pass_fds=fds, stdin=subprocess.DEVNULL
+            )
+        finally:
+            theirs.close()
+            to_broker.close()
         self.conn = Connection(ours.detach())
         self.conn.send((list(sys.path), tuple(preload)))
         self.jobs: list[int] = []  # handed over, not yet answered (oldest first)
@@ -241,13 +252,16 @@ class GradingPool:
         self.depth = max(1, depth)
         self._preload: tuple[str, ...] = ()
         self._procs: list[_Worker] = []
+        # Verifier helpers the workers need (math: a sympy zygote) are booted once here and
+        # shared, not once per worker: on 2 cores, a second sympy boot costs ~2 s of CPU.
+        self._broker = ZygoteBroker()
 
     def start(self, modules: Iterable[str] = ()) -> None:
         """Launch the workers now (not awaited) and have them import `modules`, so their
         start-up overlaps whatever the caller does next (ingest, reading samples)."""
         self._preload = tuple(dict.fromkeys([*self._preload, *modules]))
         while len(self._procs) < self.workers:
-            self._procs.append(_Worker(self._preload))
+            self._procs.append(_Worker(self._preload, self._broker))
 
     def map(
         self,
@@ -326,7 +340,7 @@ class GradingPool:
     def _replace(self, w: _Worker) -> _Worker:
         w.close(kill=True)
         self._procs.remove(w)
-        fresh = _Worker(self._preload)
+        fresh = _Worker(self._preload, self._broker)
         self._procs.append(fresh)
         return fresh
 
@@ -335,6 +349,10 @@ class GradingPool:
         procs, self._procs = self._procs, []
         for w in procs:
             w.close(kill=kill)
+        # ends the shared zygotes and so every helper forked from them (the workers' pools
+        # see their zygote gone and would boot their own, but they are exiting too)
+        self._broker.close()
+        self._broker = ZygoteBroker()
 
     def pids(self) -> list[int]:
         """The workers' process ids (for tests and diagnostics)."""
