@@ -161,7 +161,11 @@ def stream_grades(
     if failed:
         emit(failed, [_error_row(r) for r in failed])
     todo = [r for r in rows if r["error"] is None]
-    chunks = [todo[i : i + opts.chunk_size] for i in range(0, len(todo), opts.chunk_size)]
+    # Strided, not contiguous: rows come sorted by sample id, so the epochs and near-identical
+    # items of one expensive problem would otherwise land in the same few chunks, and the stage
+    # would end with one worker grinding through them while the others idle.
+    n_chunks = -(-len(todo) // opts.chunk_size)
+    chunks = [todo[i::n_chunks] for i in range(n_chunks)]
     # one chunk or one worker: a round trip to a worker costs more than it saves -- unless
     # this process holds stale verifier code
     if chunks and in_process and (pool.workers <= 1 or len(chunks) == 1):
