@@ -201,7 +201,10 @@ def main() -> None:
         os.environ["PREFECT_API_URL"] = api
         from prefect.settings import temporary_settings
 
-        with temporary_settings(updates={"api.url": api}):
+        from flows.session import in_process_settings
+
+        # as the CLI runs flows (flows.session.prefect_session)
+        with temporary_settings(updates={"api.url": api, **in_process_settings()}):
             flow_s, ingest_s, flow_correct, fixed_s = flow_score(log, args.workers)
         os.environ.pop("PREFECT_API_URL", None)
     if flow_correct != bare_correct:

@@ -60,9 +60,12 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory):
     os.environ.update(env)
     from prefect.settings import temporary_settings
 
+    from flows.session import in_process_settings
+
     # Prefect reads env at import; temporary_settings makes an already-imported prefect agree.
     with temporary_settings(
         updates={
+            **in_process_settings(),
             "api.url": api_url,
             "home": root / "client-home",
             "results.local_storage_path": root / "results",
