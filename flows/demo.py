@@ -11,13 +11,13 @@ and the gate says so.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flows.console import console
+from flows.envvars import environ_set
 from flows.mock_server import scripted_server
 
 __all__ = ["DEMO_MODELS", "DemoTask", "demo_config", "demo_tasks", "run_demo"]
@@ -165,17 +165,8 @@ def run_demo(directory: Path) -> int:
         f"served offline by a local OpenAI-compatible server; warehouse {cfg.warehouse}"
     )
     with scripted_server(make_script(tasks), models=list(DEMO_MODELS)) as server:
-        saved = {k: os.environ.get(k) for k in ("LOCAL_BASE_URL", "LOCAL_API_KEY")}
-        os.environ["LOCAL_BASE_URL"] = server.base_url
-        os.environ["LOCAL_API_KEY"] = "demo"
-        try:
+        with environ_set({"LOCAL_BASE_URL": server.base_url, "LOCAL_API_KEY": "demo"}):
             result = sweep_flow(cfg)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     console.print(summary_table(result))
     print_gate_problems(result)
     docker_task = any(t.needs_docker for t in tasks)

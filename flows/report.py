@@ -1,8 +1,12 @@
 """`gradebook report`: read the warehouse views and write one self-contained HTML report.
 
 The queries are here; the rendering is flows/report_html.py. Only documented views are read
-(score_history, fingerprint_order, latest_gates, run_metrics, grade_flips), so the report shows
-exactly what a user gets from SQL.
+(runs, score_history, fingerprint_order, latest_gates, run_metrics, grade_flips), so the report
+shows exactly what a user gets from SQL.
+
+Inspect stamps a run's `created` to the second, so runs of one sweep tie: wherever the report
+orders runs by age, the one ingested later (`runs.first_ingested_at`) counts as newer, as the
+gate does (warehouse/gates.py).
 """
 
 from __future__ import annotations
@@ -80,9 +84,10 @@ def collect_report(
         )
         for r in _rows(
             con,
-            "SELECT task, model, scorer, fingerprint, created, run_id, accuracy, "
-            "accuracy_strict, n_samples FROM score_history WHERE created IS NOT NULL "
-            "ORDER BY created",
+            "SELECT h.task, h.model, h.scorer, h.fingerprint, h.created, h.run_id, h.accuracy, "
+            "h.accuracy_strict, h.n_samples FROM score_history h "
+            "LEFT JOIN runs r ON r.run_id = h.run_id WHERE h.created IS NOT NULL "
+            "ORDER BY h.created, r.first_ingested_at, h.run_id",
         )
     ]
     # The first fingerprint of a scorer is where history starts, not a change.
@@ -139,10 +144,12 @@ def collect_report(
                 SELECT m.* FROM run_metrics m
                 SEMI JOIN newest_fp n ON n.scorer = m.scorer AND n.fingerprint = m.fingerprint
             )
-            SELECT * FROM current
+            SELECT c.* FROM current c
+            LEFT JOIN runs r ON r.run_id = c.run_id
             QUALIFY row_number() OVER (
-                PARTITION BY task, model, scorer ORDER BY created DESC, run_id DESC) = 1
-            ORDER BY task, model, scorer
+                PARTITION BY c.task, c.model, c.scorer
+                ORDER BY c.created DESC, r.first_ingested_at DESC, c.run_id DESC) = 1
+            ORDER BY c.task, c.model, c.scorer
             """,
         )
     ]
@@ -171,7 +178,7 @@ def collect_report(
             LEFT JOIN runs r ON r.run_id = f.run_id
             -- right-to-wrong first: those are what a verifier change must justify
             ORDER BY coalesce(f.old_value, 0) - coalesce(f.new_value, 0) DESC,
-                     r.created DESC, f.run_id, f.sample_id, f.epoch
+                     r.created DESC, r.first_ingested_at DESC, f.run_id, f.sample_id, f.epoch
             LIMIT {TOP_FLIPS}
             """,
         )

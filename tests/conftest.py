@@ -56,32 +56,25 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory):
         need(False, f"no Prefect server: {exc}")
         return
     env["PREFECT_API_URL"] = api_url
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     from prefect.settings import temporary_settings
 
+    from flows.envvars import environ_set
     from flows.session import in_process_settings
 
     # Prefect reads env at import; temporary_settings makes an already-imported prefect agree.
-    with temporary_settings(
-        updates={
-            **in_process_settings(),
-            "api.url": api_url,
-            "home": root / "client-home",
-            "results.local_storage_path": root / "results",
-            "server.analytics_enabled": False,
-            "logging.to_api.enabled": False,
-        }
-    ):
-        try:
+    settings = {
+        **in_process_settings(),
+        "api.url": api_url,
+        "home": root / "client-home",
+        "results.local_storage_path": root / "results",
+        "server.analytics_enabled": False,
+        "logging.to_api.enabled": False,
+    }
+    try:
+        with environ_set(env), temporary_settings(updates=settings):
             yield api_url
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            server.__exit__(None, None, None)
+    finally:
+        server.__exit__(None, None, None)
 
 
 @pytest.fixture

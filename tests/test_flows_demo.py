@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from flows.demo import DEMO_MODELS, _docker_available, run_demo
@@ -9,10 +11,16 @@ from warehouse import Warehouse
 
 
 @pytest.mark.slow
-def test_demo_runs_both_versions_and_tasks_and_explains_the_sandbox(prefect_api, tmp_path, capsys):
+def test_demo_runs_both_versions_and_tasks_and_explains_the_sandbox(
+    prefect_api, tmp_path, capsys, monkeypatch
+):
+    # the demo points Inspect at its own server only while it runs: the caller's settings survive
+    monkeypatch.setenv("LOCAL_API_KEY", "caller-key")
+    monkeypatch.delenv("LOCAL_BASE_URL", raising=False)
     code = run_demo(tmp_path)
     out = capsys.readouterr().out
     assert code == 0
+    assert os.environ["LOCAL_API_KEY"] == "caller-key" and "LOCAL_BASE_URL" not in os.environ
     with Warehouse(tmp_path / "demo.duckdb").read() as con:
         acc = dict(
             con.execute(

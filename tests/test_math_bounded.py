@@ -227,3 +227,45 @@ def test_a_zygote_whose_owner_exits_mid_fork_exits_quietly(tmp_path: Path) -> No
         )  # fmt: skip
         assert out.returncode == 0
         assert "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("outcome", ["ready", "error"])
+def test_a_zygote_whose_owner_is_killed_during_preload_exits_quietly(
+    tmp_path: Path, outcome: str
+) -> None:
+    # A grading worker killed while its pool's zygote still imported the verifier used to leave
+    # a BrokenPipeError traceback from the zygote in the user's terminal.
+    (tmp_path / "slow_preload.py").write_text(
+        textwrap.dedent(f"""
+        import os, pathlib, time
+        owner = os.getppid()
+        pathlib.Path({str(tmp_path / "importing")!r}).touch()
+        # the import ends only once the owner is gone: the zygote then reports to a closed end
+        deadline = time.monotonic() + 30
+        while os.getppid() == owner and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if {outcome == "error"}:
+            raise ImportError("a verifier that fails to import")
+    """)
+    )
+    script = tmp_path / "owner.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import os, pathlib, signal, sys, threading, time
+        sys.path.insert(0, {str(tmp_path)!r})  # the zygote takes the owner's sys.path
+        from scorers.bounded import BoundedPool
+        pool = BoundedPool(size=1, preload=("slow_preload",), spares=0)
+        threading.Thread(target=pool.warm, daemon=True).start()
+        marker = pathlib.Path({str(tmp_path / "importing")!r})
+        while not marker.exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    )
+    # stderr is read to its end, which comes only when the zygote (which inherits it) exits too
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, check=False,
+    )  # fmt: skip
+    assert out.returncode == -9
+    assert out.stderr == ""

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 from gate_world import exact, ingest, lenient, outage_judge, run_eval, score_run
+from inspect_ai.log import read_eval_log, write_eval_log
 from PIL import Image
 from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.gate import evaluate_gates
+from flows.report import collect_report
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
@@ -111,3 +113,26 @@ def test_report_renders_in_headless_chromium(report, tmp_path: Path) -> None:
     for div in ("coverage-chart", "history-chart"):
         start = dom.index(f'id="{div}"')
         assert "main-svg" in dom[start : start + 200_000], f"{div} has no svg"
+
+
+def test_runs_started_in_the_same_second_show_the_one_ingested_last(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "g.duckdb")
+    # Inspect stamps `created` to the second, so two runs of one sweep can carry the same one.
+    # The eval ids sort against ingest order, so a run-id tie-break alone picks the wrong run.
+    plan = [("zz-ingested-first", ["0", "1", "2"]), ("aa-ingested-last", ["0", "x", "x"])]
+    created, runs = None, []
+    for eval_id, answers in plan:
+        log = read_eval_log(str(run_eval(tmp_path / "logs", answers, task_name="tie")))
+        created = created or log.eval.created
+        log.eval.eval_id, log.eval.created = eval_id, created
+        write_eval_log(log, str(tmp_path / f"{eval_id}.eval"))
+        runs.append(ingest(wh, tmp_path / f"{eval_id}.eval"))
+        score_run(wh, runs[-1], exact)
+    first, last = runs
+    with wh.read() as con:
+        assert con.sql("SELECT count(DISTINCT created) FROM runs").fetchall() == [(1,)]
+        data = collect_report(con)
+    [coverage] = data.coverage
+    assert (coverage.run_id, coverage.n_correct) == (last, 1)
+    # the history line ends on the run ingested last
+    assert [p.run_id for p in data.history] == [first, last]
