@@ -168,7 +168,6 @@ def sweep_overhead(tmp: Path) -> tuple[float, float]:
         "[gates]\nmax_regression = 0.5\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env["PREFECT_HOME"] = str(CACHE / "prefect-home")  # migrated once, like a user's ~/.prefect
     gradebook = Path(sys.executable).parent / "gradebook"
     t0 = time.perf_counter()
     subprocess.run([str(gradebook), "sweep", str(cfg)], env=env, capture_output=True, check=False)
@@ -192,21 +191,16 @@ def main() -> None:
     args = ap.parse_args()
     n = args.samples or (2_000 if args.quick else 20_000)
 
-    from flows.server import local_server
+    # the server's database is migrated once, like a user's ~/.prefect
+    os.environ["PREFECT_HOME"] = str(CACHE / "prefect-home")
+    os.environ.pop("PREFECT_API_URL", None)
+    from flows.session import prefect_session
 
     log = build_log(n)
     bare_s, bare_correct = bare_loop(log)
     insp_s = inspect_score(log)
-    with local_server(home=CACHE / "prefect-home", ui=False) as api:
-        os.environ["PREFECT_API_URL"] = api
-        from prefect.settings import temporary_settings
-
-        from flows.session import in_process_settings
-
-        # as the CLI runs flows (flows.session.prefect_session)
-        with temporary_settings(updates={"api.url": api, **in_process_settings()}):
-            flow_s, ingest_s, flow_correct, fixed_s = flow_score(log, args.workers)
-        os.environ.pop("PREFECT_API_URL", None)
+    with prefect_session():  # a local server, set up exactly as the CLI's commands do
+        flow_s, ingest_s, flow_correct, fixed_s = flow_score(log, args.workers)
     if flow_correct != bare_correct:
         print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}")
     rows = [

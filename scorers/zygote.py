@@ -91,7 +91,9 @@ def _ask_fork(chan: _Channel, lock: threading.Lock) -> tuple[int, Connection]:
 class Zygote:
     """A zygote this process started and owns (closing it ends the zygote and its workers)."""
 
-    def __init__(self, preload: Sequence[str]) -> None:
+    def __init__(self, preload: Sequence[str], *, wait: bool = True) -> None:
+        """Start the zygote and (unless `wait` is False: then call `wait_ready()`) wait until
+        it has imported `preload`."""
         ours, theirs = socket.socketpair()
         code = f"import sys; sys.path.insert(0, {_ROOT!r}); import scorers.zygote as z; " \
             f"z.zygote_main({theirs.fileno()})"  # fmt: skip
@@ -101,7 +103,17 @@ class Zygote:
         theirs.close()
         self._chan = _Channel(ours)
         self._lock = threading.Lock()
+        self.ready = False
         self._chan.conn.send((list(sys.path), tuple(preload), WORKER_MEMORY_BYTES))
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Block until the zygote has imported its preload modules.
+
+        Raises:
+            ZygoteFailed: it did not start in time, died, or an import failed.
+        """
         if not self._chan.conn.poll(STARTUP_TIMEOUT_S):
             self.close()
             raise ZygoteFailed(f"verification zygote did not start within {STARTUP_TIMEOUT_S:g} s")
@@ -113,6 +125,7 @@ class Zygote:
         if status != "ready":
             self.close()
             raise ZygoteFailed(f"verification worker failed to start: {payload}")
+        self.ready = True
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -291,7 +304,8 @@ class ZygoteBroker:
 
     def __init__(self) -> None:
         self._zygotes: dict[tuple[str, ...], Zygote] = {}
-        self._boot_lock = threading.Lock()
+        self._boot_lock = threading.Lock()  # held through a boot: one zygote per preload
+        self._state_lock = threading.Lock()  # never held long: close() must not wait a boot
         self._channels: list[_Channel] = []
         self._closed = False
 
@@ -309,11 +323,15 @@ class ZygoteBroker:
         """The broker's zygote for `preload`, booted now if needed."""
         key = tuple(preload)
         with self._boot_lock:
-            if self._closed:
-                raise ZygoteFailed("zygote broker is closed")
-            zygote = self._zygotes.get(key)
-            if zygote is None or not zygote.alive():
-                zygote = self._zygotes[key] = Zygote(key)
+            with self._state_lock:
+                if self._closed:
+                    raise ZygoteFailed("zygote broker is closed")
+                zygote = self._zygotes.get(key)
+                if zygote is not None and zygote.alive():
+                    return zygote
+                zygote = self._zygotes[key] = Zygote(key, wait=False)
+            # outside the state lock: close() meanwhile kills it, and wait_ready raises
+            zygote.wait_ready()
             return zygote
 
     def _serve(self, chan: _Channel) -> None:
@@ -346,14 +364,18 @@ class ZygoteBroker:
                     client.close()
 
     def close(self) -> None:
-        with self._boot_lock:
+        """End every zygote this broker started, killing any still booting (never waits)."""
+        with self._state_lock:
             self._closed = True
             zygotes, self._zygotes = list(self._zygotes.values()), {}
         for chan in self._channels:
             chan.hang_up()  # its serving thread closes it
         self._channels = []
         for zygote in zygotes:
-            zygote.close()
+            if zygote.ready:
+                zygote.close()
+            else:  # still importing: its boot thread sees it die, and closes it
+                zygote.proc.kill()
 
 
 _BROKER: tuple[int, _Channel] | None = None  # (pid, channel): a fork does not inherit it

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,41 @@ def test_zygotes_of_a_closed_broker_exit(heavy: str) -> None:
         conn.recv()  # the worker died with its zygote
     with pytest.raises(zygote.ZygoteFailed):
         broker.zygote((heavy,))
+
+
+def test_closing_a_broker_ends_a_zygote_stuck_in_its_imports(tmp_path: Path, monkeypatch) -> None:
+    name = f"stuck_{tmp_path.name.replace('-', '_')}"
+    marker = tmp_path / "importing.pid"
+    (tmp_path / f"{name}.py").write_text(
+        f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    broker = zygote.ZygoteBroker()
+    outcome: list[BaseException] = []
+
+    def boot() -> None:
+        try:
+            broker.zygote((name,))
+        except zygote.ZygoteFailed as exc:
+            outcome.append(exc)
+
+    booting = threading.Thread(target=boot, daemon=True)
+    booting.start()
+    while not marker.exists() or not marker.read_text():
+        booting.join(0.05)
+    pid = int(marker.read_text())
+    broker.close()  # must not wait for the import (a user's Ctrl-C, a flow that is done)
+    booting.join(30)
+    assert len(outcome) == 1  # the boot gave up...
+    assert _gone(pid)  # ...and the stuck zygote was killed and reaped
+
+
+def _gone(pid: int, patience_s: float = 30.0) -> bool:
+    """Whether `pid` disappears (killed and reaped) within a generous wait."""
+    for _ in range(int(patience_s / 0.05)):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        threading.Event().wait(0.05)
+    return False
