@@ -111,7 +111,7 @@ def gate(
     max_unscored_rate: Annotated[float | None, typer.Option(help="Max unscored / samples.")] = None,
     max_error_rate: Annotated[float | None, typer.Option(help="Max errored / samples.")] = None,
     min_coverage: Annotated[
-        float | None, typer.Option(help="Min samples present / (dataset x epochs).")
+        float | None, typer.Option(help="Min samples present / (dataset cut by limit x epochs).")
     ] = None,
     min_accuracy: Annotated[
         float | None, typer.Option(help="Min value of --metric, for every task.")

@@ -30,6 +30,14 @@ VerboseOption = Annotated[
 WorkersOption = Annotated[
     int | None, typer.Option("--workers", min=1, help="Scoring worker processes (default: CPUs).")
 ]
+RetryOption = Annotated[
+    bool,
+    typer.Option(
+        "--retry-unscored",
+        help="Also grade again samples left unscored for an infrastructure reason "
+        "(sandbox_unavailable, timeout, verifier_error); old rows stay.",
+    ),
+]
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -55,13 +63,18 @@ def _run_flow(verbose: bool, fn: Callable[[], T]) -> T:
         raise _fail("interrupted", 130) from None
 
 
-def _load(config: Path) -> Any:
+def _load(config: Path, *, tasks: bool = False) -> Any:
+    """Load a sweep config; with `tasks`, also load each task once (before Prefect starts)."""
     from flows.config import ConfigError, load_config
+    from flows.task_specs import check_tasks
 
     try:
-        return load_config(config)
+        cfg = load_config(config)
+        if tasks:
+            check_tasks(cfg)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    return cfg
 
 
 def _pct(x: float | None) -> str:
@@ -123,7 +136,7 @@ def sweep(
     """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary."""
     from flows.sweep import sweep_flow
 
-    cfg = _load(config)
+    cfg = _load(config, tasks=True)
     result = _run_flow(verbose, lambda: sweep_flow(cfg, workers=workers, gate=not no_gate))
     console.print(summary_table(result))
     print_gate_problems(result)
@@ -137,7 +150,7 @@ def generate(
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
     from flows.generate import generate_flow
 
-    cfg = _load(config)
+    cfg = _load(config, tasks=True)
     results = _run_flow(verbose, lambda: generate_flow(cfg))
     table = Table(title="generated logs", title_justify="left")
     for col in ("model", "task", "samples", "errored", "status", "log"):
@@ -163,6 +176,7 @@ def score(
         Path | None,
         typer.Option("--scored-logs", help="Also write scored copies of the logs into this dir."),
     ] = None,
+    retry_unscored: RetryOption = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
@@ -184,16 +198,17 @@ def score(
                 verifier,
                 workers,
                 scored_log_dir=str(scored_logs) if scored_logs else None,
+                retry_unscored=retry_unscored,
             ),
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
     table = Table(title="scores written", title_justify="left")
-    for col in ("run", "scorer", "written", "scored", "correct", "unscored", "error"):
+    for col in ("run", "scorer", "written", "retried", "scored", "correct", "unscored", "error"):
         table.add_column(col)
     for s in summaries:
-        table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.scored), str(s.correct),
-                      str(s.unscored), str(s.error))  # fmt: skip
+        table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.retried), str(s.scored),
+                      str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
     console.print(table)
 
 
@@ -204,6 +219,7 @@ def rescore(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change.")] = False,
     workers: WorkersOption = None,
+    retry_unscored: RetryOption = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
@@ -212,15 +228,19 @@ def rescore(
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
     if dry_run:
-        plans = plan_rescore(db, scorer)
+        plans = plan_rescore(db, scorer, retry_unscored=retry_unscored)
     else:
-        plans = _run_flow(verbose, lambda: rescore_flow(str(db), scorer, workers=workers))
+        plans = _run_flow(
+            verbose,
+            lambda: rescore_flow(str(db), scorer, workers=workers, retry_unscored=retry_unscored),
+        )
     table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
-    for col in ("scorer", "fingerprint", "runs", "samples", "flips"):
+    for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flips"):
         table.add_column(col)
     for p in plans:
         flips = "–" if dry_run or not p.changed else str(len(p.flips))
-        table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending), flips)
+        table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
+                      str(p.retries), flips)  # fmt: skip
     console.print(table)
     for p in plans:
         for f in p.flips[:MAX_FLIPS_SHOWN]:
@@ -231,7 +251,10 @@ def rescore(
         if len(p.flips) > MAX_FLIPS_SHOWN:
             console.print(f"  … {len(p.flips) - MAX_FLIPS_SHOWN} more: SELECT * FROM grade_flips")
     if not any(p.changed for p in plans):
-        console.print("nothing to re-score: every verifier's fingerprint is current")
+        console.print(
+            "nothing to re-score: every verifier's fingerprint is current"
+            + (" and no sample is unscored for a retryable reason" if retry_unscored else "")
+        )
 
 
 def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:

@@ -23,7 +23,15 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-__all__ = ["console", "err_console", "progress_bar", "quiet_prefect", "set_verbose", "verbose"]
+__all__ = [
+    "console",
+    "err_console",
+    "one_line",
+    "progress_bar",
+    "quiet_prefect",
+    "set_verbose",
+    "verbose",
+]
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -49,6 +57,12 @@ def set_verbose(on: bool) -> None:
 
 def verbose() -> bool:
     return _VERBOSE
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one short line ("Type: message") for a table cell or an error message."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def quiet_prefect(verbose: bool = False) -> None:

@@ -382,7 +382,7 @@ def _scores_of(wh: Any, scorer: str, digest: str, keys: Any) -> tuple[dict[str, 
             rows = con.execute(
                 """
                 SELECT k.run_id, s.status, s.value, s.reason
-                FROM _dispatched k LEFT JOIN scores s
+                FROM _dispatched k LEFT JOIN current_scores s
                   ON s.run_id = k.run_id AND s.sample_id = k.sample_id AND s.epoch = k.epoch
                  AND s.scorer = ? AND s.fingerprint = ?
                 """,

@@ -16,8 +16,9 @@ from typing import Any
 from prefect import flow, task
 
 from flows.config import ModelConfig, SweepConfig, TaskConfig, load_config
-from flows.console import verbose
+from flows.console import one_line, verbose
 from flows.progress import generation_progress, quiet_hook_banner
+from flows.task_specs import check_tasks, load_task
 
 __all__ = ["GenerationResult", "generate_flow", "generate_for_model"]
 
@@ -59,21 +60,6 @@ def _model(cfg: ModelConfig) -> Any:
     )
 
 
-BUNDLED_TASK_MODULES = ("tasks.math", "tasks.code")
-
-
-def load_bundled_tasks() -> None:
-    """Import the bundled task modules so their @task names ("math_verified", ...) resolve."""
-    import importlib
-
-    for module in BUNDLED_TASK_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-
-
 def run_generation(
     model_cfg: ModelConfig,
     tasks: list[TaskConfig],
@@ -95,7 +81,6 @@ def run_generation(
     from inspect_ai import eval as inspect_eval
 
     log_dir.mkdir(parents=True, exist_ok=True)
-    load_bundled_tasks()
     if not verbose():
         quiet_hook_banner()
     model = _model(model_cfg)
@@ -104,10 +89,10 @@ def run_generation(
         for task_cfg in tasks:
             progress.start(task_cfg.label, task_cfg.limit, task_cfg.epochs)
             try:
+                # gradebook loads the task, not Inspect: see flows.task_specs for why
                 logs = inspect_eval(
-                    task_cfg.task,
+                    load_task(task_cfg.task, task_cfg.args),
                     model=model,
-                    task_args=task_cfg.args,
                     limit=task_cfg.limit,
                     epochs=task_cfg.epochs,
                     log_dir=str(log_dir),
@@ -126,7 +111,7 @@ def run_generation(
             except Exception as exc:  # a broken task must not stop the other tasks
                 results.append(
                     GenerationResult(
-                        model_cfg.label, task_cfg.label, None, None, "error", 0, 0, _short(exc)
+                        model_cfg.label, task_cfg.label, None, None, "error", 0, 0, one_line(exc)
                     )
                 )
                 continue
@@ -151,11 +136,6 @@ def _result(model: str, task_label: str, log: Any) -> GenerationResult:
     )
 
 
-def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
 @task(name="generate-model", task_run_name="generate {model_cfg.label}")
 def generate_for_model(
     model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path, sweep: str | None = None
@@ -172,6 +152,7 @@ def generate_flow(config: SweepConfig | str) -> list[GenerationResult]:
         config: a SweepConfig or the path of a sweep TOML file.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
+    check_tasks(cfg)
     return generate_models(cfg)
 
 

@@ -1,7 +1,8 @@
 """The scoring stage: saved logs in, score rows out; no model, no generation-time sandbox.
 
 For each verifier registered for a run, the samples that have no score under the verifier's
-current fingerprint are read from the warehouse, cut into chunks, and graded in a pool of light
+current fingerprint (and, when asked, those whose latest attempt was unscored for a retryable
+infrastructure reason) are read from the warehouse, cut into chunks, and graded in a pool of light
 worker processes (`flows.grading_pool`: fresh interpreters that import only the verifier, so an
 edited verifier module is imported as it is on disk now, and a worker is ready in a fraction of
 a second). The pool is started at the beginning of the flow, so its start-up overlaps ingest and
@@ -29,6 +30,7 @@ from prefect.cache_policies import NONE as NO_CACHE
 from flows.console import progress_bar
 from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
 from scorers.registry import Verifier, get_verifier
+from warehouse.schema import RetryScope
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -82,10 +84,12 @@ class RunScore:
     correct: int = 0
     unscored: int = 0
     error: int = 0
+    retried: int = 0  # rows written as a retry (attempt > 1) of an unscored sample
     reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, row: dict[str, Any]) -> None:
         self.written += 1
+        self.retried += (row.get("attempt") or 1) > 1
         status = row["status"]
         if status == "scored":
             self.scored += 1
@@ -108,7 +112,10 @@ def _error_row(row: dict[str, Any]) -> tuple[str, None, None, str, str, str, flo
 def scores_table(
     keys: list[dict[str, Any]], results: list[ResultRow], scorer: str, digest: str
 ) -> pa.Table:
-    """Score rows (SCORE_SCHEMA) from sample keys and their results, in the same order."""
+    """Score rows (SCORE_SCHEMA) from sample keys and their results, in the same order.
+
+    A key's `attempt` (from `samples_to_score`) is the attempt the row is written as; 1 if absent.
+    """
     from warehouse import SCORE_SCHEMA
 
     now = datetime.now(UTC)
@@ -128,6 +135,7 @@ def scores_table(
             "metadata": list(cols[5]),
             "scored_at": [now] * len(keys),
             "duration_s": list(cols[6]),
+            "attempt": [k.get("attempt") or 1 for k in keys],
         },
         schema=SCORE_SCHEMA,
     )
@@ -235,14 +243,14 @@ def write_batch(
     """Prefect task: write one batch of graded samples (one transaction).
 
     Returns:
-        Bulk of the written rows' (run_id, status, value, reason) dicts.
+        Bulk of the written rows' (run_id, status, value, reason, attempt) dicts.
     """
     from warehouse import Warehouse
 
     table = scores_table(keys.value, results.value, scorer, digest)
     written = Warehouse(warehouse_path).write_scores(table)
     # the summary counts what was written; a duplicate written by a concurrent stage is not ours
-    out = table.select(["run_id", "status", "value", "reason"]).to_pylist()
+    out = table.select(["run_id", "status", "value", "reason", "attempt"]).to_pylist()
     return Bulk(out if written == table.num_rows else out[:written])
 
 
@@ -292,6 +300,8 @@ def score_runs(
     plan: dict[str, list[str]],
     opts: ScoreOptions | None = None,
     pool: GradingPool | None = None,
+    *,
+    retry: RetryScope | None = None,
 ) -> list[RunScore]:
     """Score every run with its verifiers; skip samples already scored by the same fingerprint.
 
@@ -300,6 +310,10 @@ def score_runs(
         plan: run_id -> names of the verifiers that score it.
         opts: pool size, chunking and limits.
         pool: a worker pool already started by the caller, who closes it.
+        retry: also grade again the samples whose latest attempt under the current fingerprint
+            is unscored for a retryable reason ("all") or an infrastructure failure
+            ("infrastructure"; `warehouse.schema.RetryScope`); each is written as a new row
+            with the next attempt number.
 
     Returns:
         One RunScore per (run, verifier) that had anything to do, and zero-count ones for the
@@ -325,7 +339,9 @@ def score_runs(
                 wh.register_verifier(fp)
                 for run_id in run_ids:
                     summaries[(run_id, name)] = RunScore(run_id, name, fp.digest)
-                rows = wh.samples_to_score(name, fp.digest, run_ids=run_ids).to_pylist()
+                rows = wh.samples_to_score(
+                    name, fp.digest, run_ids=run_ids, retry=retry
+                ).to_pylist()
                 bar = progress.add_task(f"score {name}", total=len(rows)) if progress else None
                 in_process = _FIRST_DIGEST.setdefault(name, fp.digest) == fp.digest
                 writer = _BatchWriter(
@@ -441,6 +457,7 @@ def score_flow(
     chunk_size: int = DEFAULT_CHUNK,
     progress: bool = True,
     scored_log_dir: str | None = None,
+    retry_unscored: bool = False,
 ) -> list[RunScore]:
     """Ingest logs, then score them with their verifiers (or `verifiers`).
 
@@ -453,6 +470,8 @@ def score_flow(
         progress: show progress bars.
         scored_log_dir: if set, also write a scored copy of each log there (originals are
             never modified) so `inspect view` shows the scores.
+        retry_unscored: also grade again samples left unscored for a retryable reason
+            (sandbox_unavailable, timeout, verifier_error).
     """
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
@@ -461,7 +480,7 @@ def score_flow(
         if _expected_samples(logs) > 2 * opts.chunk_size:
             pool.start(_verifier_modules(logs, verifiers))
         plan, _ = ingest_task(warehouse, logs, verifiers)
-        summaries = score_runs(warehouse, plan, opts, pool)
+        summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:
         pool.close()
     if scored_log_dir:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
@@ -17,6 +18,7 @@ from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, generate_models
 from flows.score import RunScore, ScoreOptions, ingest_task, score_runs
+from flows.task_specs import check_tasks
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -25,6 +27,7 @@ __all__ = [
     "SummaryRow",
     "SweepResult",
     "current_fingerprints",
+    "retry_pass",
     "run_gates",
     "sweep_flow",
 ]
@@ -56,6 +59,7 @@ class SummaryRow:
 class SweepResult:
     name: str
     generations: list[GenerationResult]
+    # one per (run, verifier) of the first pass, then one per (run, verifier) the retry pass wrote
     scores: list[RunScore]
     gates: dict[str, Any] = field(default_factory=dict)  # run_id -> GateResult
     rows: list[SummaryRow] = field(default_factory=list)
@@ -69,6 +73,34 @@ class SweepResult:
         if "cannot_evaluate" in verdicts or any(g.log is None for g in self.generations):
             return EXIT_BAD_INPUT
         return EXIT_OK
+
+
+def retry_pass(warehouse: str | Path, first: list[RunScore], opts: ScoreOptions) -> list[RunScore]:
+    """The score step's automatic retry: grade again, once, the samples the first pass left
+    unscored for an infrastructure failure (the sandbox unreachable, a grading worker process
+    that died), so a transient outage does not reach the gate as unscored samples.
+
+    Not timeouts or verifier exceptions: those come from the verifier on that input and would
+    most likely fail the same way again, at the cost of another time limit per sample; a user
+    retries them with `gradebook rescore --retry-unscored` once the cause is fixed. Once, not
+    until it works: a failure that persists (Docker stays down) costs one more attempt row per
+    sample and is then counted and shown as unscored.
+
+    Returns:
+        The retry's summaries for the (run, verifier) pairs it wrote rows for.
+    """
+    candidates = {
+        (s.run_id, s.scorer)
+        for s in first
+        if s.reasons.get("sandbox_unavailable") or s.reasons.get("verifier_error")
+    }
+    if not candidates:
+        return []
+    retry_plan: dict[str, list[str]] = {}
+    for run_id, scorer in sorted(candidates):
+        retry_plan.setdefault(run_id, []).append(scorer)
+    retried = score_runs(warehouse, retry_plan, opts, retry="infrastructure")
+    return [s for s in retried if s.written]
 
 
 def run_gates(
@@ -111,7 +143,7 @@ def summarise(
                 ):
                     metrics[(row["run_id"], scorer)] = row
                 for run_id, reason, n in con.execute(
-                    "SELECT run_id, reason, count(*) FROM scores WHERE scorer = ? "
+                    "SELECT run_id, reason, count(*) FROM current_scores WHERE scorer = ? "
                     "AND fingerprint = ? AND status = 'unscored' "
                     "AND run_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY ALL ORDER BY ALL",
                     [scorer, digest, run_ids],
@@ -189,6 +221,7 @@ def sweep_flow(
     pools (`flows.dispatch`); without one everything runs in this process.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
+    check_tasks(cfg)  # a task that cannot load is bad input: stop before any model is called
     dispatch = None
     if cfg.cluster is not None:  # [cluster]: the stages run on Prefect work pools
         from flows.dispatch import run_cluster_stages
@@ -198,7 +231,9 @@ def sweep_flow(
         generations = generate_models(cfg)
         logs = [g.log for g in generations if g.log]
         plan, _ = ingest_task(str(cfg.warehouse), logs, None)
-        scores = score_runs(cfg.warehouse, plan, ScoreOptions(workers=workers, progress=progress))
+        opts = ScoreOptions(workers=workers, progress=progress)
+        scores = score_runs(cfg.warehouse, plan, opts)
+        scores += retry_pass(cfg.warehouse, scores, opts)
     names = sorted({n for t in cfg.tasks for n in t.verifiers})
     fingerprints = current_fingerprints(names)
     run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]

@@ -116,9 +116,11 @@ def score_run(
     *,
     scorer: str = "exact",
     fingerprint: str = "fp-v1",
+    retry: str | None = None,
 ) -> int:
-    """Grade every sample of a run and write the rows through Warehouse.write_scores."""
-    todo = wh.samples_to_score(scorer, fingerprint, run_ids=[run_id]).to_pylist()
+    """Grade every sample of a run and write the rows through Warehouse.write_scores; `retry`
+    also grades retryable unscored samples again (`Warehouse.samples_to_score`)."""
+    todo = wh.samples_to_score(scorer, fingerprint, run_ids=[run_id], retry=retry).to_pylist()
     now = datetime.now(UTC)
     rows = []
     for s in todo:
@@ -141,6 +143,7 @@ def score_run(
                 "metadata": "{}",
                 "scored_at": now,
                 "duration_s": 0.001,
+                "attempt": s["attempt"],
             }
         )
     return wh.write_scores(pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))

@@ -14,7 +14,7 @@ from flows.gate import evaluate_gates, overall_exit_code
 from warehouse import Warehouse
 from warehouse.gate_rules import GateRules
 from warehouse.gate_stats import mcnemar_exact, pass_at_k
-from warehouse.gates import gate_run
+from warehouse.gates import gate_run, planned_samples
 
 pytestmark = pytest.mark.slow
 
@@ -214,6 +214,29 @@ def test_unknown_run_and_unscored_run(world: World, tmp_path: Path) -> None:
     assert f"gradebook score --run {rid}" in res.problems[0]
 
 
+def test_the_gate_judges_a_retried_outage_by_its_retried_grades(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "retry.duckdb")
+    logs = tmp_path / "logs"
+    answers = _answers({0, 1, 2, 3})
+    base = ingest(wh, run_eval(logs, answers, task_name="retry"))
+    score_run(wh, base, exact)
+    assert gate_run(wh, base, GateRules(), FP).verdict == "pass"
+    cand = ingest(wh, run_eval(logs, answers, task_name="retry"))
+    score_run(wh, cand, outage_judge)  # the judge times out on the 4 wrong answers
+    assert gate_run(wh, cand, GateRules(), FP, record=False).verdict == "fail"
+
+    assert score_run(wh, cand, exact, retry="all") == 4  # the judge is back
+    rules = GateRules(metric="accuracy")
+    res = gate_run(wh, cand, rules, FP, record=False)
+    assert res.verdict == "pass"
+    assert rule(res, "max_unscored_rate").value == 0.0
+    assert res.metrics["exact"]["accuracy"] == pytest.approx(36 / 40)
+    # paired on every sample with the retried verdicts: nothing gained, nothing lost
+    assert res.baseline_run_id == base
+    assert "on 40 shared samples" in rule(res, "max_regression").detail
+    assert rule(res, "max_regression").value == 0.0
+
+
 def test_run_id_prefix_is_accepted(world: World) -> None:
     res = gate_run(world.wh, world.reshuffled[:10], GateRules(), FP, record=False)
     assert res.run_id == world.reshuffled
@@ -269,3 +292,38 @@ def test_sweep_selects_its_own_runs(world: World, tmp_path: Path) -> None:
         assert newest_runs(con, sweep="weekly") == [marked]
     [empty] = evaluate_gates(wh, None, sweep="monthly", fingerprints=FP)
     assert empty.exit_code == 2 and "sweep 'monthly' has no runs" in empty.problems[0]
+
+
+def test_coverage_counts_the_samples_a_limited_run_set_out_to_generate(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "gradebook.duckdb")
+    # A 20-item dataset run with limit = 5 whose every generation failed: Inspect writes no
+    # results (so no total) into the log. The run is complete at 5 samples, not 25% covered;
+    # what fails is the error rate.
+    log = run_eval(
+        tmp_path / "logs", _answers(set(), 20), task_name="lim", limit=5, errors=range(5)
+    )
+    rid = ingest(wh, log)
+    score_run(wh, rid, exact, fingerprint="fp-v1")
+    res = gate_run(wh, rid, GateRules(max_error_rate=0.1), FP, record=False)
+    cov = rule(res, "min_coverage")
+    assert cov.passed is True
+    assert cov.value == pytest.approx(1.0)
+    assert "5 present / 5 expected" in cov.detail
+    assert rule(res, "max_error_rate").passed is False
+
+
+@pytest.mark.parametrize(
+    ("config", "planned"),
+    [
+        ({}, 20),
+        ({"limit": 5}, 5),
+        ({"limit": 50}, 20),
+        ({"limit": [10, 15]}, 5),
+        ({"limit": [15, 40]}, 5),
+        ({"sample_id": ["a", "b", 3]}, 3),
+        ({"sample_id": "a"}, 1),
+        ({"sample_id": ["q*"]}, None),
+    ],
+)
+def test_planned_samples_follows_inspects_limit_and_sample_id(config, planned) -> None:
+    assert planned_samples(20, json.dumps({"config": config})) == planned

@@ -33,7 +33,18 @@ REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def score_rows(keys, *, scorer="math", fp="fp1", status="scored", value=1.0, answer="42", at=T0):
+def score_rows(
+    keys,
+    *,
+    scorer="math",
+    fp="fp1",
+    status="scored",
+    value=1.0,
+    answer="42",
+    at=T0,
+    reason=None,
+    attempt=1,
+):
     """A SCORE_SCHEMA table: one row per (run_id, sample_id, epoch) key."""
     n = len(keys)
     return pa.table(
@@ -47,10 +58,11 @@ def score_rows(keys, *, scorer="math", fp="fp1", status="scored", value=1.0, ans
             "value": pa.array([value if status == "scored" else None] * n, pa.float64()),
             "answer": [answer] * n,
             "explanation": [f"{status}: {answer}"] * n,
-            "reason": ["verified_equal" if value == 1.0 else "mismatch"] * n,
+            "reason": [reason or ("verified_equal" if value == 1.0 else "mismatch")] * n,
             "metadata": [json.dumps({"k": 1})] * n,
             "scored_at": pa.array([at] * n, pa.timestamp("us", tz="UTC")),
             "duration_s": [0.01] * n,
+            "attempt": pa.array([attempt] * n, pa.int32()),
         },
         schema=SCORE_SCHEMA,
     )
@@ -232,6 +244,135 @@ def test_migration_from_the_previous_schema_version(tmp_path):
     assert q(wh, "SELECT version FROM wh.schema_version ORDER BY 1") == [
         (v,) for v in range(1, SCHEMA_VERSION + 1)
     ]
+
+
+def _unscored(wh: Warehouse, keys, reason: str, explanation: str, **kw) -> None:
+    rows = score_rows(keys, status="unscored", reason=reason, **kw)
+    wh.write_scores(rows.set_column(8, "explanation", pa.array([explanation] * len(keys))))
+
+
+def _retry_keys(wh: Warehouse, scope) -> list[tuple]:
+    todo = wh.samples_to_score("math", "fp1", retry=scope)
+    return sorted(
+        (r["sample_id"], r["epoch"], r["attempt"]) for r in todo.to_pylist() if r["attempt"] > 1
+    )
+
+
+def test_samples_to_score_offers_only_retryable_unscored_samples_again(wh, log):
+    run = log.eval.eval_id
+    _unscored(wh, [(run, "q1", 1)], "sandbox_unavailable", "Docker Engine not reachable")
+    _unscored(wh, [(run, "q1", 2)], "timeout", "verifier did not finish within 60s")
+    _unscored(wh, [(run, "q2", 1)], "verifier_error", "verifier raised ValueError: x")
+    _unscored(wh, [(run, "q2", 2)], "verifier_error", "scoring worker died (exit code -9): EOF")
+    _unscored(wh, [(run, "q4", 1)], "invalid_target", "the reference does not parse")
+    wh.write_scores(score_rows([(run, "q4", 2), (run, "q5", 1)]))
+    wh.write_scores(score_rows([(run, "q0", 1)], status="error", reason="generation_error"))
+
+    # without a retry, nothing that has a row is offered again (the old contract)
+    plain = wh.samples_to_score("math", "fp1")
+    assert set(plain["attempt"].to_pylist()) == {1}
+    assert plain.num_rows == 12 - 8
+    assert _retry_keys(wh, "all") == [("q1", 1, 2), ("q1", 2, 2), ("q2", 1, 2), ("q2", 2, 2)]
+    assert wh.samples_to_score("math", "fp1", retry="all").num_rows == 4 + 4
+    # what the sweep retries by itself: the sandbox and a dead worker, not the verifier's faults
+    assert _retry_keys(wh, "infrastructure") == [("q1", 1, 2), ("q2", 2, 2)]
+
+
+def test_a_retry_is_a_new_attempt_and_every_view_reads_the_latest(wh, log):
+    run = log.eval.eval_id
+    keys = [(run, "q1", 1), (run, "q2", 1)]
+    _unscored(wh, keys, "sandbox_unavailable", "Docker Engine not reachable")
+    wh.write_scores(score_rows([(run, "q4", 1)], value=0.0))
+    retry = score_rows(keys, value=1.0, attempt=2, at=T0 + timedelta(hours=1))
+    assert wh.write_scores(retry) == 2
+    assert wh.write_scores(retry) == 0  # idempotent, like every write
+    # a retry never supersedes a scored row, and attempts have no gaps
+    assert wh.write_scores(score_rows([(run, "q4", 1)], value=1.0, attempt=2)) == 0
+    assert wh.write_scores(score_rows([(run, "q1", 1)], value=0.0, attempt=3)) == 0
+    assert wh.write_scores(score_rows([(run, "q5", 1)], value=1.0, attempt=2)) == 0
+
+    assert q(wh, "SELECT sample_id, attempt, status FROM scores ORDER BY ALL") == [
+        ("q1", 1, "unscored"),
+        ("q1", 2, "scored"),
+        ("q2", 1, "unscored"),
+        ("q2", 2, "scored"),
+        ("q4", 1, "scored"),
+    ]
+    assert q(wh, "SELECT sample_id, attempt FROM latest_scores ORDER BY ALL") == [
+        ("q1", 2),
+        ("q2", 2),
+        ("q4", 1),
+    ]
+    metrics = q(wh, "SELECT n_scored, n_unscored, n_pending, accuracy, pass_at_k FROM run_metrics")
+    # the run has 2 epochs; epoch 2 is not scored yet, so it counts as a failed attempt
+    assert metrics == [(3, 0, 9, pytest.approx(2 / 3), pytest.approx([1 / 3, 2 / 3]))]
+    assert q(wh, "SELECT n_scored, accuracy FROM score_history") == [(3, pytest.approx(2 / 3))]
+    assert q(wh, "SELECT k, n_problems FROM run_pass_at_k ORDER BY k") == [(1, 3), (2, 3)]
+    assert q(wh, "SELECT count(*) FROM grade_flips") == [(0,)]
+    assert wh.samples_to_score("math", "fp1", retry="all").num_rows == 12 - 3
+
+
+def test_a_retry_is_not_a_flip_and_clears_a_flip_against_its_unscored_attempt(wh, log):
+    run = log.eval.eval_id
+    wh.write_scores(score_rows([(run, "q1", 1)], fp="fp0", value=1.0))
+    later = T0 + timedelta(days=1)
+    _unscored(wh, [(run, "q1", 1)], "sandbox_unavailable", "Docker Engine not reachable", at=later)
+    # fp0 scored it, fp1 could not: a flip (scored -> unscored) until the retry is stored
+    assert q(wh, "SELECT old_fingerprint, new_status FROM grade_flips") == [("fp0", "unscored")]
+    retry = score_rows([(run, "q1", 1)], value=1.0, attempt=2, at=later + timedelta(hours=1))
+    assert wh.write_scores(retry) == 1
+    assert q(wh, "SELECT count(*) FROM grade_flips") == [(0,)]
+    # a retry that grades differently from fp0 is a flip between the fingerprints' verdicts
+    wh.write_scores(score_rows([(run, "q2", 1)], fp="fp0", value=1.0))
+    _unscored(wh, [(run, "q2", 1)], "timeout", "verifier did not finish within 60s", at=later)
+    wh.write_scores(score_rows([(run, "q2", 1)], value=0.0, attempt=2, at=later))
+    assert q(wh, "SELECT sample_id, old_value, new_status, new_value FROM grade_flips") == [
+        ("q2", 1.0, "scored", 0.0)
+    ]
+
+
+def test_migration_from_v5_keeps_every_row_and_then_retries(tmp_path):
+    path = tmp_path / "v5.duckdb"
+    con = duckdb.connect(str(path))
+    migrate(con, str(path), target=5)  # the schema before grading attempts
+    con.execute(
+        "INSERT INTO wh.samples (run_id, sample_id, epoch, completion) "
+        "VALUES ('r1', 's1', 1, 'a'), ('r1', 's2', 1, 'b'), ('r1', 's3', 1, 'c')"
+    )
+    con.execute(
+        "INSERT INTO wh.scores VALUES "
+        "('r1', 's1', 1, 'math', 'fp', 'scored', 1.0, '1', 'ok', 'verified_equal', '{}', "
+        " TIMESTAMPTZ '2026-01-01', 0.1), "
+        "('r1', 's2', 1, 'math', 'fp', 'unscored', NULL, NULL, 'down', 'sandbox_unavailable', "
+        " '{}', TIMESTAMPTZ '2026-01-01', 0.1), "
+        "('r1', 's3', 1, 'math', 'fp', 'error', NULL, NULL, 'boom', 'generation_error', '{}', "
+        " TIMESTAMPTZ '2026-01-01', 0.0), "
+        "('r1', 's1', 1, 'math', 'fp0', 'scored', 0.0, '2', 'no', 'mismatch', '{}', "
+        " TIMESTAMPTZ '2025-12-01', 0.1)"
+    )
+    con.execute(
+        "INSERT INTO wh.flip_pairs SELECT 'math', 'r1', 's1', 1, 'fp0', 'fp', 'scored', "
+        "'scored', 0.0, 1.0, '2', '1', 'no', 'ok' UNION ALL SELECT 'math', 'r1', 's1', 1, 'fp', "
+        "'fp0', 'scored', 'scored', 1.0, 0.0, '1', '2', 'ok', 'no'"
+    )
+    scores_before = con.execute("SELECT * FROM wh.scores ORDER BY ALL").fetchall()
+    pairs_before = con.execute("SELECT * FROM wh.flip_pairs ORDER BY ALL").fetchall()
+    metrics_before = con.execute(
+        "SELECT * EXCLUDE (created) FROM run_metrics ORDER BY ALL"
+    ).fetchall()
+    con.close()
+
+    wh = Warehouse(path)
+    assert wh.schema_version() == SCHEMA_VERSION == 6
+    assert q(wh, "SELECT * EXCLUDE (attempt) FROM wh.scores ORDER BY ALL") == scores_before
+    assert q(wh, "SELECT DISTINCT attempt FROM wh.scores") == [(1,)]
+    pairs = "SELECT * EXCLUDE (old_attempt, new_attempt) FROM wh.flip_pairs ORDER BY ALL"
+    assert q(wh, pairs) == pairs_before
+    assert q(wh, "SELECT * EXCLUDE (created) FROM run_metrics ORDER BY ALL") == metrics_before
+    assert q(wh, "SELECT sample_id FROM grade_flips") == [("s1",)]
+    # the migrated file takes retries: only the sandbox_unavailable sample is offered again
+    todo = wh.samples_to_score("math", "fp", retry="all").to_pylist()
+    assert [(r["sample_id"], r["attempt"]) for r in todo] == [("s2", 2)]
 
 
 def test_a_newer_schema_is_refused(tmp_path):

@@ -1,7 +1,7 @@
 """gradebook: warehouse — the DuckDB score history (schema, log ingest, score writes, views).
 
-The documented views (runs, samples, messages, scores, verifiers, latest_scores, run_metrics,
-grade_flips, score_history) are the user interface; see the README (The warehouse).
+The documented views (runs, samples, messages, scores, current_scores, verifiers, latest_scores,
+run_metrics, grade_flips, score_history) are the user interface; see the README (The warehouse).
 """
 
 from warehouse.connection import WarehouseLocked

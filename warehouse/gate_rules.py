@@ -254,9 +254,9 @@ def evaluate_rules(
         )
     if rules.min_coverage is not None:
         detail = (
-            f"{s.n_samples} present / {s.n_expected} expected (dataset x epochs)"
+            f"{s.n_samples} present / {s.n_expected} expected (dataset, cut by limit, x epochs)"
             if s.n_expected
-            else "the log header does not give the dataset size"
+            else "the log header does not give the planned number of samples"
         )
         out.append(_check("min_coverage", s.scorer, s.coverage, rules.min_coverage, ">=", detail))
     threshold = rules.accuracy_threshold(task)

@@ -87,13 +87,43 @@ def newest_runs(con: duckdb.DuckDBPyConnection, *, sweep: str | None = None) -> 
     return [r[0] for r in rows]
 
 
+def planned_samples(dataset_samples: int | None, eval_spec: str | None) -> int | None:
+    """How many dataset samples a run set out to generate: the dataset cut by the eval's
+    `limit` (N, or a [start, end) range) or `sample_id` list, as Inspect applies them; None
+    when unknown (id patterns).
+
+    Coverage is measured against this, so a run with `limit = 2` that generated 2 samples is
+    complete (its log header still reports the whole dataset's size).
+    """
+    if dataset_samples is None:
+        return None
+    try:
+        config = json.loads(eval_spec or "{}").get("config") or {}
+    except (json.JSONDecodeError, AttributeError):
+        return dataset_samples
+    chosen = config.get("sample_id")
+    if chosen is not None:
+        ids = chosen if isinstance(chosen, list) else [chosen]
+        if any(isinstance(i, str) and any(c in i for c in "*?[") for i in ids):
+            return None  # id patterns: how many matched is not recorded
+        return min(dataset_samples, len(ids))
+    limit = config.get("limit")
+    if isinstance(limit, int):
+        return min(dataset_samples, limit)
+    if isinstance(limit, list) and len(limit) == 2:
+        start, end = limit
+        return max(0, min(dataset_samples, end) - start)
+    return dataset_samples
+
+
 def _scorer_stats(
     con: duckdb.DuckDBPyConnection, run_id: str, scorer: str, fingerprint: str
 ) -> ScorerStats | None:
     rows = _rows(
         con,
         "SELECT m.n_samples, m.n_scored, m.n_unscored, m.n_error, m.accuracy_strict, "
-        "       m.epochs, m.pass_at_k, r.total_samples, r.dataset_samples, r.n_samples AS stored "
+        "       m.epochs, m.pass_at_k, r.total_samples, r.dataset_samples, r.n_samples AS stored, "
+        "       r.eval_spec "
         "FROM run_metrics m LEFT JOIN runs r USING (run_id) "
         "WHERE m.run_id = ? AND m.scorer = ? AND m.fingerprint = ?",
         [run_id, scorer, fingerprint],
@@ -102,9 +132,8 @@ def _scorer_stats(
         return None
     m = rows[0]
     epochs = int(m["epochs"] or 1)
-    expected = m["total_samples"] or (
-        m["dataset_samples"] * epochs if m["dataset_samples"] is not None else None
-    )
+    planned = planned_samples(m["dataset_samples"], m["eval_spec"])
+    expected = m["total_samples"] or (planned * epochs if planned is not None else None)
     n_samples = int(m["n_samples"])
     pass_at_k = {k: v for k, v in enumerate(m["pass_at_k"] or [], start=1) if v is not None}
     return ScorerStats(
@@ -127,7 +156,8 @@ def _outcomes(
     """(sample_id, epoch) -> (status or None when unscored-yet, correct) for every sample."""
     rows = con.execute(
         "SELECT s.sample_id, s.epoch, c.status, coalesce(c.status = 'scored' AND c.value >= 1, false) "
-        "FROM samples s LEFT JOIN scores c ON c.run_id = s.run_id AND c.sample_id = s.sample_id "
+        "FROM samples s LEFT JOIN current_scores c ON c.run_id = s.run_id "
+        " AND c.sample_id = s.sample_id "
         " AND c.epoch = s.epoch AND c.scorer = ? AND c.fingerprint = ? "
         "WHERE s.run_id = ?",
         [scorer, fingerprint, run_id],

@@ -18,6 +18,7 @@ import duckdb
 from warehouse.connection import one
 from warehouse.gate_migrations import GATES_TABLE_SQL, PASS_AT_K_SQL
 from warehouse.query_migrations import QUERY_VIEWS_SQL
+from warehouse.retry_migrations import RETRY_ATTEMPTS_SQL
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,7 @@ MIGRATIONS: list[Migration] = [
     Migration("gates table and latest_gates view", GATES_TABLE_SQL),
     Migration("pass@k: run_pass_at_k view, run_metrics.epochs and .pass_at_k", PASS_AT_K_SQL),
     Migration("run_metrics in one pass; grade_flips from wh.flip_pairs", QUERY_VIEWS_SQL),
+    Migration("scores.attempt: retries of unscored samples; current_scores", RETRY_ATTEMPTS_SQL),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

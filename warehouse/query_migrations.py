@@ -29,7 +29,9 @@ FLIP_PAIR_COLUMNS = """
 """
 
 
-def flip_pairs_select(new: str, existing: str, *, both_orientations: bool) -> str:
+def flip_pairs_select(
+    new: str, existing: str, *, both_orientations: bool, attempts: bool = True
+) -> str:
     """SQL selecting the flip pairs between rows of `new` and rows of `existing`.
 
     Args:
@@ -37,13 +39,16 @@ def flip_pairs_select(new: str, existing: str, *, both_orientations: bool) -> st
         existing: another relation of score rows (may be the same as `new`).
         both_orientations: also emit (existing -> new) for each (new -> existing) pair; False
             when `new` and `existing` are the same rows, where the join already yields both.
+        attempts: also select both rows' `attempt` (the columns migration 6 added); False only
+            for migration 5's backfill, which runs before those columns exist.
     """
+    attempt_cols = ", o.attempt AS o_attempt, n.attempt AS n_attempt" if attempts else ""
     join = f"""
         SELECT o.scorer, o.run_id, o.sample_id, o.epoch,
                o.fingerprint AS o_fp, n.fingerprint AS n_fp, o.status AS o_status,
                n.status AS n_status, o.value AS o_value, n.value AS n_value,
                o.answer AS o_answer, n.answer AS n_answer,
-               o.explanation AS o_explanation, n.explanation AS n_explanation
+               o.explanation AS o_explanation, n.explanation AS n_explanation{attempt_cols}
         FROM {new} o JOIN {existing} n
           ON o.scorer = n.scorer AND o.run_id = n.run_id
          AND o.sample_id = n.sample_id AND o.epoch = n.epoch
@@ -53,47 +58,38 @@ def flip_pairs_select(new: str, existing: str, *, both_orientations: bool) -> st
     if not both_orientations:
         return join
     # one join, read in both directions (joining twice would scan `existing` twice)
+    forward, backward = (
+        (", o_attempt, n_attempt", ", n_attempt, o_attempt") if attempts else ("", "")
+    )
     return f"""
         WITH p AS MATERIALIZED ({join})
         SELECT scorer, run_id, sample_id, epoch, o_fp, n_fp, o_status, n_status,
-               o_value, n_value, o_answer, n_answer, o_explanation, n_explanation FROM p
+               o_value, n_value, o_answer, n_answer, o_explanation, n_explanation{forward} FROM p
         UNION ALL
         SELECT scorer, run_id, sample_id, epoch, n_fp, o_fp, n_status, o_status,
-               n_value, o_value, n_answer, o_answer, n_explanation, o_explanation FROM p
+               n_value, o_value, n_answer, o_answer, n_explanation, o_explanation{backward} FROM p
     """
 
 
-QUERY_VIEWS_SQL = f"""
-CREATE TABLE wh.flip_pairs (
-    scorer VARCHAR NOT NULL,
-    run_id VARCHAR NOT NULL,
-    sample_id VARCHAR NOT NULL,
-    epoch INTEGER NOT NULL,
-    old_fingerprint VARCHAR NOT NULL,
-    new_fingerprint VARCHAR NOT NULL,
-    old_status VARCHAR,
-    new_status VARCHAR,
-    old_value DOUBLE,
-    new_value DOUBLE,
-    old_answer VARCHAR,
-    new_answer VARCHAR,
-    old_explanation VARCHAR,
-    new_explanation VARCHAR
-);
-
-INSERT INTO wh.flip_pairs
-{flip_pairs_select("wh.scores", "wh.scores", both_orientations=False)};
-
+def grade_flips_view_sql(pairs: str = "wh.flip_pairs") -> str:
+    """The `grade_flips` view over a relation of flip pairs (migration 6: the current ones)."""
+    return f"""
 CREATE OR REPLACE VIEW grade_flips AS
 SELECT f.scorer, f.run_id, f.sample_id, f.epoch,
        f.old_fingerprint, f.new_fingerprint,
        f.old_status, f.new_status, f.old_value, f.new_value,
        f.old_answer, f.new_answer, f.old_explanation, f.new_explanation
-FROM wh.flip_pairs f
+FROM {pairs} f
 JOIN fingerprint_order fo ON fo.scorer = f.scorer AND fo.fingerprint = f.old_fingerprint
 JOIN fingerprint_order fn ON fn.scorer = f.scorer AND fn.fingerprint = f.new_fingerprint
 WHERE (fo.first_seen, fo.fingerprint) < (fn.first_seen, fn.fingerprint);
+"""
 
+
+def metric_views_sql(scores: str = "wh.scores") -> str:
+    """`run_pass_at_k`, `run_metrics` and `run_metrics_base` over a relation of score rows
+    (migration 6 passes `current_scores`, the latest attempt of each score)."""
+    return f"""
 -- pass@k (Chen et al. 2021, unbiased) as migration 4 defined it: per sample n = the run's epochs
 -- (or more attempts when stored), c = attempts scored 1; averaged over the samples with n >= k.
 -- Evaluated once per distinct (n, c) and weighted by how many samples share it.
@@ -102,7 +98,7 @@ WITH per_sample AS (
     SELECT s.run_id, s.scorer, s.fingerprint,
            greatest(coalesce(any_value(r.epochs), 1), count(*))::INTEGER AS n,
            count(*) FILTER (WHERE s.status = 'scored' AND s.value >= 1) AS c
-    FROM wh.scores s LEFT JOIN wh.runs r USING (run_id)
+    FROM {scores} s LEFT JOIN wh.runs r USING (run_id)
     GROUP BY s.run_id, s.scorer, s.fingerprint, s.sample_id
 ),
 hist AS (
@@ -133,7 +129,7 @@ WITH agg AS (
            count(CASE WHEN status = 'scored' THEN value END) AS n_valued,
            sum((status = 'scored' AND value >= 1)::INTEGER)::BIGINT AS n_passed,
            min(epoch) = max(epoch) AS one_epoch
-    FROM wh.scores GROUP BY run_id, scorer, fingerprint
+    FROM {scores} GROUP BY run_id, scorer, fingerprint
 ),
 stored AS (SELECT run_id, count(*) AS n FROM wh.samples GROUP BY run_id),
 base AS MATERIALIZED (
@@ -148,7 +144,7 @@ per_sample AS (
     SELECT s.run_id, s.scorer, s.fingerprint,
            greatest(any_value(m.epochs), count(*))::INTEGER AS n,
            count(*) FILTER (WHERE s.status = 'scored' AND s.value >= 1) AS c
-    FROM wh.scores s
+    FROM {scores} s
     JOIN multi m ON m.run_id = s.run_id AND m.scorer = s.scorer AND m.fingerprint = s.fingerprint
     GROUP BY s.run_id, s.scorer, s.fingerprint, s.sample_id
 ),
@@ -190,3 +186,30 @@ LEFT JOIN pass_list p
 CREATE OR REPLACE VIEW run_metrics_base AS
 SELECT * EXCLUDE (epochs, pass_at_k) FROM run_metrics;
 """
+
+
+QUERY_VIEWS_SQL = (
+    """CREATE TABLE wh.flip_pairs (
+    scorer VARCHAR NOT NULL,
+    run_id VARCHAR NOT NULL,
+    sample_id VARCHAR NOT NULL,
+    epoch INTEGER NOT NULL,
+    old_fingerprint VARCHAR NOT NULL,
+    new_fingerprint VARCHAR NOT NULL,
+    old_status VARCHAR,
+    new_status VARCHAR,
+    old_value DOUBLE,
+    new_value DOUBLE,
+    old_answer VARCHAR,
+    new_answer VARCHAR,
+    old_explanation VARCHAR,
+    new_explanation VARCHAR
+);
+
+INSERT INTO wh.flip_pairs
+"""
+    + flip_pairs_select("wh.scores", "wh.scores", both_orientations=False, attempts=False)
+    + ";\n"
+    + grade_flips_view_sql()
+    + metric_views_sql()
+)

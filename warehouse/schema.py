@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SCORE_KEY = ("run_id", "sample_id", "epoch", "scorer", "fingerprint")
+# A score is one grading attempt of one sample by one verifier version; attempt 1 is the first
+# grading, n > 1 a retry of an unscored attempt n - 1 (README, "The warehouse": current_scores).
+SCORE_KEY = ("run_id", "sample_id", "epoch", "scorer", "fingerprint", "attempt")
+
+# Unscored reasons that say nothing about the answer, only that grading did not happen (the
+# sandbox was down, the stage's time limit hit, the verifier or its worker process failed), so
+# grading the saved transcript again may succeed. Generation errors are never retried: the
+# sample has no answer to grade.
+RETRYABLE_REASONS = ("sandbox_unavailable", "timeout", "verifier_error")
+
+# Which unscored samples a retry grades again: "all" retryable reasons (what a user asks for
+# with --retry-unscored once the cause is fixed), or only "infrastructure" failures, where the
+# scoring machinery failed rather than the verifier on this input: the sandbox was unreachable,
+# or the grading worker process died (a verifier_error whose explanation starts with
+# WORKER_DIED, as flows.grading_pool writes it). The sweep retries those by itself.
+RetryScope = Literal["all", "infrastructure"]
+WORKER_DIED = "scoring worker died"
 
 SCORE_SCHEMA = pa.schema(
     [
@@ -22,6 +40,7 @@ SCORE_SCHEMA = pa.schema(
         pa.field("metadata", pa.string()),
         pa.field("scored_at", pa.timestamp("us", tz="UTC")),
         pa.field("duration_s", pa.float64()),
+        pa.field("attempt", pa.int32()),  # null or missing means 1
     ]
 )
 
@@ -34,6 +53,7 @@ SAMPLES_TO_SCORE_SCHEMA = pa.schema(
         pa.field("target", pa.list_(pa.string())),
         pa.field("metadata", pa.string()),
         pa.field("error", pa.string()),
+        pa.field("attempt", pa.int32()),  # the attempt a grading of this sample writes
     ]
 )
 
@@ -55,6 +75,11 @@ def conform_scores(rows: pa.Table) -> pa.Table:
             columns.append(rows.column(f.name).cast(f.type))
         else:
             columns.append(pa.nulls(rows.num_rows, f.type))
+    # rows from before migration 6 (staged files, callers) have no attempt: their first one
+    at = SCORE_SCHEMA.get_field_index("attempt")
+    columns[at] = pc.fill_null(columns[at], pa.scalar(1, pa.int32()))
+    if pc.any(pc.less(columns[at], 1)).as_py():
+        raise ValueError("score attempt must be 1 or more")
     table = pa.Table.from_arrays(columns, schema=SCORE_SCHEMA)
     bad = pc.invert(pc.is_in(table.column("status"), pa.array(SCORE_STATUSES)))
     if pc.any(bad).as_py():

@@ -25,7 +25,13 @@ from warehouse.connection import DEFAULT_LOCK_TIMEOUT_S, connect, one
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
 from warehouse.prefetch import prefetch
 from warehouse.query_migrations import flip_pairs_select
-from warehouse.schema import SAMPLES_TO_SCORE_SCHEMA, conform_scores
+from warehouse.schema import (
+    RETRYABLE_REASONS,
+    SAMPLES_TO_SCORE_SCHEMA,
+    WORKER_DIED,
+    RetryScope,
+    conform_scores,
+)
 
 if TYPE_CHECKING:
     from warehouse import logs
@@ -278,44 +284,92 @@ class Warehouse:
             return True
 
     def samples_to_score(
-        self, scorer: str, digest: str, *, run_ids: Sequence[str] | None = None
+        self,
+        scorer: str,
+        digest: str,
+        *,
+        run_ids: Sequence[str] | None = None,
+        retry: RetryScope | None = None,
     ) -> pa.Table:
-        """Samples with no score row for (scorer, digest), as Arrow (SAMPLES_TO_SCORE_SCHEMA).
+        """Samples to grade under (scorer, digest), as Arrow (SAMPLES_TO_SCORE_SCHEMA).
 
         Args:
             scorer: the verifier name.
             digest: its fingerprint digest.
             run_ids: restrict to these runs (default: every run).
+            retry: also the samples whose latest attempt under (scorer, digest) is `unscored`
+                with a reason in RETRYABLE_REASONS ("all") or an infrastructure failure
+                ("infrastructure", see RetryScope); never scored rows, errored generations, or
+                other unscored reasons.
+
+        Returns:
+            The samples with no score row for (scorer, digest), and with `retry` the retryable
+            ones; `attempt` is the attempt number their grading must be written as.
         """
         if not self.path.exists():
             return SAMPLES_TO_SCORE_SCHEMA.empty_table()
-        where = ""
-        params: list[Any] = [scorer, digest]
+        if run_ids is not None and not run_ids:
+            return SAMPLES_TO_SCORE_SCHEMA.empty_table()
+        params: dict[str, Any] = {"scorer": scorer, "digest": digest}
+        in_runs = ""
         if run_ids is not None:
-            if not run_ids:
-                return SAMPLES_TO_SCORE_SCHEMA.empty_table()
-            where = "AND s.run_id IN (SELECT unnest(?::VARCHAR[]))"
-            params.append(list(run_ids))
-        with self.read() as con:
-            table = con.sql(
-                f"""
+            # composed, not `$runs IS NULL OR ...`: that OR would turn the semi-join into a
+            # mark join over every sample
+            in_runs = "AND {col} IN (SELECT unnest($runs::VARCHAR[]))"
+            params["runs"] = list(run_ids)
+        if retry is not None:
+            if retry == "all":
+                retryable = "list_contains($reasons::VARCHAR[], c.reason)"
+                params["reasons"] = list(RETRYABLE_REASONS)
+            else:
+                retryable = (
+                    "(c.reason = 'sandbox_unavailable' OR "
+                    "(c.reason = 'verifier_error' AND starts_with(c.explanation, $died)))"
+                )
+                params["died"] = WORKER_DIED
+            sql = f"""
+                WITH cur AS (
+                    SELECT run_id, sample_id, epoch, max(attempt) AS attempt,
+                           arg_max(status, attempt) AS status, arg_max(reason, attempt) AS reason,
+                           arg_max(explanation, attempt) AS explanation
+                    FROM wh.scores
+                    WHERE scorer = $scorer AND fingerprint = $digest {in_runs.format(col="run_id")}
+                    GROUP BY run_id, sample_id, epoch
+                )
                 SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
-                       s.metadata::VARCHAR AS metadata, s.error
+                       s.metadata::VARCHAR AS metadata, s.error,
+                       (coalesce(c.attempt, 0) + 1)::INTEGER AS attempt
+                FROM wh.samples s
+                LEFT JOIN cur c
+                  ON c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
+                WHERE (c.attempt IS NULL
+                       OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL))
+                  {in_runs.format(col="s.run_id")}
+                ORDER BY s.run_id, s.sample_id, s.epoch
+            """
+        else:
+            sql = f"""
+                SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
+                       s.metadata::VARCHAR AS metadata, s.error, 1::INTEGER AS attempt
                 FROM wh.samples s
                 WHERE NOT EXISTS (
                     SELECT 1 FROM wh.scores c
-                    WHERE c.scorer = ? AND c.fingerprint = ?
+                    WHERE c.scorer = $scorer AND c.fingerprint = $digest
                       AND c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
-                ) {where}
+                ) {in_runs.format(col="s.run_id")}
                 ORDER BY s.run_id, s.sample_id, s.epoch
-                """,
-                params=params,
-            ).to_arrow_table()
+            """
+        with self.read() as con:
+            table = con.sql(sql, params=params).to_arrow_table()
         return table.cast(SAMPLES_TO_SCORE_SCHEMA)
 
     def write_scores(self, rows: pa.Table) -> int:
         """Append score rows (SCORE_SCHEMA); rows whose key is already stored, or repeated
         within `rows`, are skipped. One transaction.
+
+        A row with attempt n > 1 (a retry) is stored only when attempt n - 1 of its key is
+        stored and unscored with a retryable reason; otherwise it is skipped, so a scored row
+        or a generation error is never superseded.
 
         Returns:
             The number of rows actually inserted.
@@ -401,14 +455,29 @@ def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
         maybe_dupes = one(
             con.execute(
                 "SELECT count(*) - count(DISTINCT hash(run_id, sample_id, epoch, scorer, "
-                "fingerprint)) FROM _incoming_scores"
+                "fingerprint, attempt)) FROM _incoming_scores"
             )
         )
         batch = (
-            "(SELECT DISTINCT ON (run_id, sample_id, epoch, scorer, fingerprint) * "
+            "(SELECT DISTINCT ON (run_id, sample_id, epoch, scorer, fingerprint, attempt) * "
             "FROM _incoming_scores)"
             if maybe_dupes and maybe_dupes[0]
             else "_incoming_scores"
+        )
+        # retries only supersede a stored retryable unscored attempt (see write_scores); the
+        # check costs a join only for a batch that holds retries
+        retries = pc.max(table.column("attempt")).as_py() > 1
+        only_valid_retries = (
+            f"""
+              AND (b.attempt = 1 OR EXISTS (
+                SELECT 1 FROM wh.scores p
+                WHERE p.run_id = b.run_id AND p.sample_id = b.sample_id AND p.epoch = b.epoch
+                  AND p.scorer = b.scorer AND p.fingerprint = b.fingerprint
+                  AND p.attempt = b.attempt - 1 AND p.status = 'unscored'
+                  AND p.reason IN ({", ".join(f"'{r}'" for r in RETRYABLE_REASONS)})
+              ))"""
+            if retries
+            else ""
         )
         new_rows = f"""
             SELECT * FROM {batch} b
@@ -416,7 +485,8 @@ def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
                 SELECT 1 FROM wh.scores s
                 WHERE s.run_id = b.run_id AND s.sample_id = b.sample_id AND s.epoch = b.epoch
                   AND s.scorer = b.scorer AND s.fingerprint = b.fingerprint
-            )
+                  AND s.attempt = b.attempt
+            ){only_valid_retries}
         """
         with_stored, within_batch = _flip_sources(con, table)
         if not (with_stored or within_batch):

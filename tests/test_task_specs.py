@@ -1,0 +1,251 @@
+"""Task specs: bundled names and file specs give the same tasks; a task file that uses @dataclass
+(which Inspect's own file loader breaks) runs end to end; a spec that cannot load is refused with
+one line and exit 2 before anything starts."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inspect_ai.model import ModelOutput, ModelUsage
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.config import parse_config
+from flows.task_specs import TaskLoadError, load_task
+from warehouse import Warehouse
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+# A user's task file: `from __future__ import annotations` + @dataclass is what Inspect 0.3.285's
+# loader fails on. It also imports a module next to it and reads a data file by a relative
+# path, as task files loaded by Inspect may.
+USER_TASK = textwrap.dedent(
+    """
+    from __future__ import annotations
+
+    import json
+    from dataclasses import dataclass
+
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.solver import generate
+
+    from sums_helpers import PROMPT
+
+
+    @dataclass(frozen=True)
+    class Problem:
+        a: int
+        b: int
+
+        @property
+        def total(self) -> int:
+            return self.a + self.b
+
+
+    @task
+    def sums(scale: int = 1) -> Task:
+        rows = [json.loads(line) for line in open("sums.jsonl")]
+        problems = [Problem(r["a"] * scale, r["b"] * scale) for r in rows]
+        return Task(
+            dataset=[
+                Sample(id=i, input=PROMPT.format(p.a, p.b), target=str(p.total))
+                for i, p in enumerate(problems, start=1)
+            ],
+            solver=generate(),
+        )
+    """
+)
+
+
+def write_user_task(directory: Path) -> Path:
+    (directory / "sums_helpers.py").write_text('PROMPT = "What is {} + {}?"\n')
+    (directory / "sums.jsonl").write_text("".join(f'{{"a": {i}, "b": {i}}}\n' for i in (1, 2, 3)))
+    path = directory / "sums_task.py"
+    path.write_text(USER_TASK)
+    return path
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("file", "name", "args"),
+    [
+        ("math.py", "math_verified", {}),
+        ("math.py", "gsm8k_verified", {"path": "gsm8k/test.jsonl", "limit": 5}),
+        ("code.py", "humaneval", {"limit": 3}),
+    ],
+)
+def test_bundled_tasks_load_by_name_and_by_file_spec(shared_data, file, name, args):
+    if "path" in args:
+        args = {**args, "path": str(shared_data / args["path"])}
+    by_name = load_task(name, args)
+    by_file = load_task(f"{ROOT / 'tasks' / file}@{name}", args)
+    assert by_file.name == by_name.name == name
+    assert [(s.id, s.target) for s in by_file.dataset] == [
+        (s.id, s.target) for s in by_name.dataset
+    ]
+    assert len(by_file.dataset) > 0
+
+
+def test_a_user_task_file_with_a_dataclass_loads_with_its_args(tmp_path):
+    path = write_user_task(tmp_path)
+    task = load_task(f"{path}@sums", {"scale": 10})
+    assert [(s.input, s.target) for s in task.dataset] == [
+        ("What is 10 + 10?", "20"),
+        ("What is 20 + 20?", "40"),
+        ("What is 30 + 30?", "60"),
+    ]
+    # a file that defines one task needs no "@name"
+    assert len(load_task(str(path)).dataset) == 3
+
+
+def test_an_unknown_task_arg_is_refused_not_dropped(tmp_path):
+    # Inspect's own loader warns and drops it: a typo would silently run the default
+    with pytest.raises(TaskLoadError, match=r"sums has no parameter\(s\) \['scael'\]"):
+        load_task(f"{write_user_task(tmp_path)}@sums", {"scael": 10})
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+
+def _math_outputs(wrong: set[str]) -> Any:
+    """mockllm answers for the bundled math problems: right, except for the given ids."""
+    from tasks.math import bundled_samples, scripted_completions
+
+    script = {s.id: s for s in scripted_completions()}
+    by_question = {str(s.input): script[str(s.id)] for s in bundled_samples()}
+
+    def outputs(input: list[Any], tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
+        prompt = " ".join(str(getattr(m, "text", m)) for m in input)
+        item = next(v for q, v in by_question.items() if q in prompt)
+        text = item.wrong if item.id in wrong else item.correct
+        output = ModelOutput.from_content(model="mockllm/model", content=text)
+        return output.model_copy(
+            update={"usage": ModelUsage(input_tokens=5, output_tokens=5, total_tokens=10)}
+        )
+
+    return outputs
+
+
+@pytest.mark.slow
+def test_sweep_with_the_issues_file_spec_scores_into_the_warehouse(
+    prefect_api, tmp_path, monkeypatch
+):
+    from flows.sweep import EXIT_OK, sweep_flow
+    from tasks.math import bundled_samples
+
+    ids = [str(s.id) for s in bundled_samples()[:4]]
+    monkeypatch.chdir(ROOT)  # "tasks/math.py" is found from the current directory
+    cfg = parse_config(
+        {
+            "name": "taskspec",
+            "models": [
+                {"model": "mockllm/model", "args": {"custom_outputs": _math_outputs({ids[1]})}}
+            ],
+            "tasks": [{"task": "tasks/math.py@math_verified", "limit": 4, "verifiers": ["math"]}],
+            "gates": {"min_coverage": None, "max_regression": None},
+        },
+        source=tmp_path / "sweep.toml",
+    )
+    result = sweep_flow(cfg, workers=1, progress=False)
+
+    (row,) = result.rows
+    assert row.note is None
+    assert (row.task, row.samples, row.errored, row.scored) == ("math_verified", 4, 0, 4)
+    assert row.accuracy == pytest.approx(3 / 4)
+    assert result.exit_code == EXIT_OK
+    with Warehouse(cfg.warehouse).read() as con:
+        scores = dict(
+            con.execute(
+                "SELECT sample_id, value FROM scores WHERE scorer = 'math' ORDER BY sample_id"
+            ).fetchall()
+        )
+    assert scores == {i: (0.0 if i == ids[1] else 1.0) for i in ids}
+
+
+# The args_from target: mockllm answers "What is a + b?" right (TOML cannot hold a callable).
+SUMS_MODEL = textwrap.dedent(
+    """
+    import re
+
+    from inspect_ai.model import ModelOutput, ModelUsage
+
+
+    def offline_args():
+        def outputs(input, tools, tool_choice, config):
+            prompt = " ".join(str(getattr(m, "text", m)) for m in input)
+            a, b = map(int, re.search(r"What is (\\d+) \\+ (\\d+)\\?", prompt).groups())
+            output = ModelOutput.from_content(model="mockllm/model", content=f"ANSWER: {a + b}")
+            usage = ModelUsage(input_tokens=5, output_tokens=5, total_tokens=10)
+            return output.model_copy(update={"usage": usage})
+
+        return {"custom_outputs": outputs}
+    """
+)
+
+
+@pytest.mark.slow
+def test_cli_sweep_runs_a_user_task_file_with_a_dataclass(prefect_api, tmp_path, monkeypatch):
+    write_user_task(tmp_path)
+    (tmp_path / "sums_model.py").write_text(SUMS_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        'name = "sums"\nwarehouse = "gb.duckdb"\n'
+        '[[models]]\nmodel = "mockllm/model"\nargs_from = "sums_model:offline_args"\n'
+        '[[tasks]]\ntask = "sums_task.py@sums"\nargs = {scale = 2}\nverifiers = ["math"]\n'
+    )
+    result = runner.invoke(app, ["sweep", str(cfg)])
+
+    assert result.exit_code == 0, result.output
+    with Warehouse(tmp_path / "gb.duckdb").read() as con:
+        rows = con.execute(
+            "SELECT sample_id, value, answer FROM scores WHERE scorer = 'math' ORDER BY sample_id"
+        ).fetchall()
+    assert rows == [("1", 1.0, "4"), ("2", 1.0, "8"), ("3", 1.0, "12")]
+
+
+# -- bad specs -------------------------------------------------------------------------------
+
+
+def _bad_specs(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    write_user_task(tmp_path)
+    (tmp_path / "broken.py").write_text("from inspect_ai import task\nimport no_such_module_here\n")
+    return {
+        "missing @task name": ("sums_task.py@summs", "sums_task.py has no @task named 'summs'"),
+        "import error": ("broken.py@anything", "raised ModuleNotFoundError"),
+        "unknown registered name": ("math_verifed", "no task named 'math_verifed'"),
+        "unknown task arg": ("sums_task.py@sums", "sums has no parameter(s) ['scael']"),
+    }
+
+
+@pytest.mark.parametrize("command", ["sweep", "generate"])
+@pytest.mark.parametrize(
+    "case", ["missing @task name", "import error", "unknown registered name", "unknown task arg"]
+)
+def test_a_task_that_cannot_load_is_one_line_and_exit_2_before_anything_runs(
+    tmp_path, monkeypatch, command, case
+):
+    spec, why = _bad_specs(tmp_path)[case]
+    # Nothing answers here: the task check must come before the command touches Prefect.
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    cfg = tmp_path / "sweep.toml"
+    args = "args = {scael = 2}\n" if case == "unknown task arg" else ""
+    cfg.write_text(
+        'name = "bad"\n[[models]]\nmodel = "mockllm/model"\n'
+        '[[tasks]]\ntask = "math_verified"\nverifiers = ["math"]\n'
+        f'[[tasks]]\ntask = "{spec}"\n{args}verifiers = ["math"]\n'
+    )
+    result = runner.invoke(app, [command, str(cfg)])
+
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {cfg}: tasks[1] (")
+    assert spec.split("@")[-1] in line and why in line
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "gradebook.duckdb").exists()
