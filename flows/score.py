@@ -378,10 +378,11 @@ def verifiers_of_log(path: str | Path) -> tuple[str, list[str]]:
 
     Raises:
         ValueError: the log was not written by `gradebook generate` and names no verifiers.
+        warehouse.LogReadError: the path is not a readable Inspect log.
     """
-    from inspect_ai.log import read_eval_log
+    from warehouse.logs import read_header
 
-    log = read_eval_log(str(path), header_only=True)
+    log = read_header(str(path))
     names = (log.eval.metadata or {}).get("verifiers") or []
     return log.eval.eval_id, [str(n) for n in names]
 
@@ -411,12 +412,12 @@ def ingest_and_plan(
 
 
 def _expected_samples(logs: Sequence[str]) -> int:
-    from inspect_ai.log import read_eval_log
+    from warehouse.logs import read_header
 
     total = 0
     for path in logs:
         try:
-            spec = read_eval_log(str(path), header_only=True).eval
+            spec = read_header(str(path)).eval
         except Exception:  # an unreadable log is reported by ingest, with its name
             continue
         total += (spec.dataset.samples or 0) * (spec.config.epochs or 1)

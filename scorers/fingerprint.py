@@ -8,8 +8,9 @@ modules import. Standard-library modules count as part of the interpreter and ar
 
 "Project" modules are those whose file lies under the repository root (the directory holding the
 `scorers` package) or under the directory of the verifier's own top-level package, and not inside
-an installed environment (site-packages). Per-file work is cached on (path, mtime, size), so a
-repeat call costs one `stat` per module and an edited file is re-read.
+an installed environment (site-packages). Per-file work is cached on (path, mtime, size), in the
+process and on disk (scorers.fingerprint_cache), so a repeat call, even from a new process, costs
+one `stat` per module, and an edited file is re-read.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scorers.fingerprint_cache import ENV_DIRS, FingerprintCache, file_key, sys_path_stamp
 from scorers.registry import Verifier
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
-_ENV_MARKERS = ("site-packages", "dist-packages")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,14 @@ class _ModuleFacts:
 
 
 _FILE_CACHE: dict[tuple[str, int, int], _ModuleFacts] = {}
+_DISK: FingerprintCache | None = None
+
+
+def _disk() -> FingerprintCache:
+    global _DISK
+    if _DISK is None:
+        _DISK = FingerprintCache.load()
+    return _DISK
 
 
 def fingerprint(verifier: Verifier) -> VerifierFingerprint:
@@ -94,6 +103,7 @@ def fingerprint(verifier: Verifier) -> VerifierFingerprint:
             *(f"# ---- module {name}\n{modules[name].normalised}" for name in sorted(modules)),
         ]
     )
+    _disk().save()
     return VerifierFingerprint(
         name=verifier.name,
         digest=digest,
@@ -143,7 +153,7 @@ def _module_file(name: str) -> Path | None:
 
 
 def _is_project(path: Path, roots: set[Path]) -> bool:
-    if any(marker in path.parts for marker in _ENV_MARKERS):
+    if any(marker in path.parts for marker in ENV_DIRS):
         return False
     return any(path.is_relative_to(r) for r in roots)
 
@@ -151,8 +161,9 @@ def _is_project(path: Path, roots: set[Path]) -> bool:
 def _facts(name: str, path: Path) -> _ModuleFacts:
     stat = path.stat()
     key = (str(path), stat.st_mtime_ns, stat.st_size)
-    cached = _FILE_CACHE.get(key)
+    cached = _FILE_CACHE.get(key) or _from_disk(key)
     if cached is not None:
+        _FILE_CACHE[key] = cached
         return cached
     tree = ast.parse(path.read_bytes(), filename=str(path))
     _strip_docstrings(tree)
@@ -164,7 +175,26 @@ def _facts(name: str, path: Path) -> _ModuleFacts:
         imports=tuple(sorted(_imports(tree, package))),
     )
     _FILE_CACHE[key] = facts
+    disk = _disk()
+    disk.files[file_key(*key)] = {
+        "normalised": facts.normalised,
+        "digest": facts.digest,
+        "imports": list(facts.imports),
+    }
+    disk.dirty = True
     return facts
+
+
+def _from_disk(key: tuple[str, int, int]) -> _ModuleFacts | None:
+    entry = _disk().files.get(file_key(*key))
+    if not isinstance(entry, dict):
+        return None
+    try:
+        facts = _ModuleFacts(entry["normalised"], entry["digest"], tuple(entry["imports"]))
+    except (TypeError, KeyError):
+        return None
+    ok = isinstance(facts.normalised, str) and isinstance(facts.digest, str)
+    return facts if ok and all(isinstance(i, str) for i in facts.imports) else None
 
 
 def _strip_docstrings(tree: ast.AST) -> None:
@@ -217,23 +247,50 @@ def _resolve_relative(module: str | None, level: int, package: str) -> str | Non
 def _third_party_versions(imports: Iterable[str]) -> dict[str, str]:
     tops = {name.split(".")[0] for name in imports}
     tops -= set(sys.stdlib_module_names) | set(sys.builtin_module_names)
-    dists = _packages_distributions()
+    installed = _installed()
+    dists, known = installed["map"], installed["versions"]
     versions: dict[str, str] = {}
     for top in sorted(tops):
         for dist in dists.get(top, []):
-            try:
-                versions[dist] = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                continue
+            if dist not in known:
+                try:
+                    known[dist] = importlib.metadata.version(dist)
+                except importlib.metadata.PackageNotFoundError:
+                    known[dist] = None
+                _disk().dirty = True
+            if known[dist] is not None:
+                versions[dist] = known[dist]
     return versions
 
 
-_DISTS: dict[str, list[str]] | None = None
+_INSTALLED: dict[str, Any] | None = None
 
 
-def _packages_distributions() -> dict[str, list[str]]:
-    # scanning every installed distribution's metadata takes ~100 ms: once per process
-    global _DISTS
-    if _DISTS is None:
-        _DISTS = {k: sorted(set(v)) for k, v in importlib.metadata.packages_distributions().items()}
-    return _DISTS
+def _installed() -> dict[str, Any]:
+    """{"map": import name -> distributions, "versions": distribution -> version or None}.
+
+    Scanning every installed distribution's metadata takes ~0.3 s. It is redone only when a
+    sys.path directory says a distribution was installed or removed (checked on every call, so
+    a long-running watcher sees an upgrade), and its result is shared through the disk cache.
+    """
+    global _INSTALLED
+    stamp = sys_path_stamp()
+    for known in (_INSTALLED, _disk().dists):
+        if (
+            isinstance(known, dict)
+            and known.get("stamp") == stamp
+            and isinstance(known.get("map"), dict)
+            and isinstance(known.get("versions"), dict)
+            and all(isinstance(v, list) for v in known["map"].values())
+        ):
+            _INSTALLED = known
+            return known
+    mapping = importlib.metadata.packages_distributions()
+    _INSTALLED = {
+        "stamp": stamp,
+        "map": {k: sorted(set(v)) for k, v in mapping.items()},
+        "versions": {},
+    }
+    _disk().dists = _INSTALLED
+    _disk().dirty = True
+    return _INSTALLED

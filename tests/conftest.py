@@ -24,6 +24,15 @@ def need(condition: bool, why: str) -> None:
     pytest.skip(why)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Caches (the fingerprint's) go to a session temp dir, never the user's ~/.cache."""
+    from flows.envvars import environ_set
+
+    with environ_set({"GRADEBOOK_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}):
+        yield
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     need(SHARED_DATA.is_dir(), f"reference data not found at {SHARED_DATA} (../shared/data)")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import uuid
 
 import pytest
 
+from scorers import fingerprint as fp_module
 from scorers.fingerprint import fingerprint
+from scorers.fingerprint_cache import cache_dir, sys_path_stamp
 from scorers.registry import Verifier
 
 HELPER = '''
@@ -130,3 +133,117 @@ def test_the_registered_verifiers_fingerprint(tmp_path):
         fp = fingerprint(v)
         assert fp.digest == fingerprint(v).digest
         assert f"# ---- module {v.module}" in fp.source
+
+
+# -- the on-disk cache (scorers.fingerprint_cache) -------------------------------------------
+
+
+@pytest.fixture
+def new_process(tmp_path, monkeypatch):
+    """Simulate a fresh process: forget in-memory work; a private cache dir; returns a
+    function that forgets again (the disk cache stays)."""
+    monkeypatch.setenv("GRADEBOOK_CACHE_DIR", str(tmp_path / "cache"))
+
+    def forget():
+        monkeypatch.setattr(fp_module, "_FILE_CACHE", {})
+        monkeypatch.setattr(fp_module, "_DISK", None)
+        monkeypatch.setattr(fp_module, "_INSTALLED", None)
+
+    forget()
+    return forget
+
+
+def _no_parsing(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("parsed a module the cache holds")
+
+    def refuse_scan():
+        raise AssertionError("scanned the installed distributions again")
+
+    monkeypatch.setattr(fp_module.ast, "parse", refuse)
+    monkeypatch.setattr(fp_module.importlib.metadata, "packages_distributions", refuse_scan)
+
+
+def test_a_new_process_reuses_the_disk_cache_with_the_same_result(toy, new_process, monkeypatch):
+    _, verifier = toy
+    cold = fingerprint(verifier(tol=1))  # nothing cached: computed, then saved
+    assert (cache_dir() / "fingerprint.json").is_file()
+    new_process()
+    with monkeypatch.context() as m:
+        _no_parsing(m)
+        warm = fingerprint(verifier(tol=1))
+    assert warm == cold  # digest and the explained source alike
+
+
+def test_an_edited_file_is_reparsed_despite_the_disk_cache(toy, new_process):
+    root, verifier = toy
+    before = fingerprint(verifier())
+    new_process()
+    edit(root / "helper.py", "text.strip().lower()", "text.strip()")
+    after = fingerprint(verifier())
+    assert after.digest != before.digest
+    new_process()
+    (cache_dir() / "fingerprint.json").unlink()
+    assert fingerprint(verifier()) == after  # the same as computed with no cache at all
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"{not json", b"\xff\xfe", b"[]", b'{"format": 1, "files": 7}', b'{"format": 99}'],
+)
+def test_a_corrupt_cache_is_ignored_and_rewritten(toy, new_process, content):
+    _, verifier = toy
+    expected = fingerprint(verifier())
+    new_process()
+    cache_file = cache_dir() / "fingerprint.json"
+    cache_file.write_bytes(content)
+    assert fingerprint(verifier()) == expected
+    assert json.loads(cache_file.read_text())["files"]  # replaced by a valid cache
+
+
+def test_corrupt_entries_are_recomputed(toy, new_process):
+    _, verifier = toy
+    expected = fingerprint(verifier())
+    new_process()
+    cache_file = cache_dir() / "fingerprint.json"
+    data = json.loads(cache_file.read_text())
+    for entry in data["files"].values():
+        entry["imports"] = 5
+    data["files"]["not a key"] = {"normalised": 1}
+    data["dists"]["map"] = {"json": "not-a-list"}
+    cache_file.write_text(json.dumps(data))
+    assert fingerprint(verifier()) == expected
+
+
+def test_an_unwritable_cache_dir_is_not_an_error(toy, new_process, tmp_path, monkeypatch):
+    _, verifier = toy
+    expected = fingerprint(verifier())
+    new_process()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("GRADEBOOK_CACHE_DIR", str(blocker / "cache"))
+    assert fingerprint(verifier()) == expected
+
+
+def test_the_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("GRADEBOOK_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "gradebook"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "gradebook"
+    monkeypatch.setenv("GRADEBOOK_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+
+
+@pytest.mark.parametrize("dirname", ["site-packages", "a-plain-dir"])
+def test_installing_a_distribution_invalidates_the_distribution_map(tmp_path, dirname):
+    target = tmp_path / dirname
+    target.mkdir()
+    sys.path.append(str(target))
+    try:
+        before = sys_path_stamp()
+        (target / "newdist-1.0.dist-info").mkdir()
+        assert sys_path_stamp() != before
+    finally:
+        sys.path.remove(str(target))

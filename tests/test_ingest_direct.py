@@ -7,6 +7,7 @@ messages tables are compared row for row, every column but the ingest timestamps
 
 from __future__ import annotations
 
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from inspect_ai.solver import generate, use_tools
 from inspect_ai.tool import ToolError, tool
 from warehouse_logs import make_log, variant
 
-from warehouse import Warehouse, eval_archive
+from warehouse import LogReadError, Warehouse, eval_archive
 from warehouse.logs import read_header
 
 # a 1x1 PNG: base64 images are moved to attachments by Inspect's writer
@@ -195,3 +196,56 @@ def test_shared_reference_logs_give_identical_rows(shared_data, tmp_path):
     for name in want:
         assert got[name] == want[name], name
     assert len(got["samples"]) > 0
+
+
+# -- headers -------------------------------------------------------------------------------------
+
+
+def _same_headers(paths) -> None:
+    for p in paths:
+        direct = eval_archive.read_header(str(p))
+        assert direct is not None, p  # really read directly, not through the fallback
+        assert direct.model_dump() == read_eval_log(str(p), header_only=True).model_dump(), p
+
+
+def test_direct_header_equals_inspects_on_mockllm_logs(logs):
+    _same_headers(logs.values())
+
+
+def test_direct_header_equals_inspects_on_shared_logs(shared_data):
+    # older Inspect versions, deflated members, reductions.json: all read the same
+    paths = sorted((shared_data / "logs").glob("*.eval"))
+    assert len(paths) >= 3
+    _same_headers(paths)
+
+
+def test_header_falls_back_to_inspects_reader(logs, tmp_path):
+    # a log still being written has no header.json: Inspect builds the header from its journal
+    src = str(logs["base"])
+    partial = tmp_path / "partial.eval"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(partial, "w") as zout:
+        for info in zin.infolist():
+            if info.filename != "header.json":
+                zout.writestr(info.filename, zin.read(info), zipfile.ZIP_DEFLATED)
+    assert eval_archive.read_header(str(partial)) is None
+    want = read_eval_log(str(partial), header_only=True)
+    assert read_header(str(partial)).model_dump() == want.model_dump()
+    assert want.eval.eval_id == read_eval_log(src, header_only=True).eval.eval_id
+
+    bad = tmp_path / "bad.eval"
+    bad.write_bytes(b"PK\x05\x06" + b"\0" * 40)
+    assert eval_archive.read_header(str(bad)) is None
+    with pytest.raises(LogReadError, match="bad.eval: unreadable Inspect log"):
+        read_header(str(bad))
+
+
+def test_header_is_read_once_until_the_file_changes(logs, tmp_path, monkeypatch):
+    path = tmp_path / "h.eval"
+    shutil.copy(logs["base"], path)
+    first = read_header(str(path))
+    reads = []
+    real = eval_archive.read_header
+    monkeypatch.setattr(eval_archive, "read_header", lambda p: reads.append(p) or real(p))
+    assert read_header(str(path)) is first and reads == []
+    variant(read_eval_log(str(path)), path, eval_id="changed")  # rewritten in place
+    assert read_header(str(path)).eval.eval_id == "changed" and reads == [str(path)]
