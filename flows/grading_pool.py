@@ -86,11 +86,15 @@ def grade_one(grade: Callable[[SampleView], Grade], view: SampleView, timeout_s:
 
 
 def grade_chunk(
-    grade: Callable[[SampleView], Grade], rows: Sequence[SampleRow], timeout_s: float
+    grade: Callable[[SampleView], Grade],
+    rows: Sequence[SampleRow],
+    timeout_s: float,
+    may_defer: bool = False,
 ) -> list[ResultRow]:
     """Grade rows in this process (main thread: the per-sample limit uses SIGALRM).
 
-    Returns one result tuple per row, in order; the caller adds the key columns back.
+    Returns one result tuple per row, in order; the caller adds the key columns back. With
+    `may_defer`, a row the verifier defers (status "deferred") must be graded again later.
     """
     # SIGALRM is delivered to the main thread only: elsewhere the per-sample limit is off and
     # the verifier's own bounds are what hold (the math verifier's are hard)
@@ -106,8 +110,11 @@ def grade_chunk(
             target=list(target or []),
             metadata=_loads(metadata),
             sample_id=sample_id,
+            may_defer=may_defer,
         )
         g = grade_one(grade, view, timeout_s)
+        if g.status == "deferred" and not may_defer:
+            g = unscored("verifier_error", "verifier deferred a sample it was told to grade")
         value = g.value if g.status == "scored" else None
         if value is not None and math.isnan(value):
             value = None
@@ -173,8 +180,8 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
     while (item := jobs.get()) is not None:
         job, payload = item
         try:
-            grade, rows, timeout_s = pickle.loads(payload)
-            reply: tuple = (job, "ok", grade_chunk(grade, rows, timeout_s))
+            grade, rows, timeout_s, may_defer = pickle.loads(payload)
+            reply: tuple = (job, "ok", grade_chunk(grade, rows, timeout_s, may_defer))
         except Exception as exc:  # e.g. the verifier cannot be unpickled here
             reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
         try:
@@ -269,8 +276,13 @@ class GradingPool:
         chunks: Sequence[Sequence[SampleRow]],
         timeout_s: float,
         done: Callable[[int, list[ResultRow]], None],
+        *,
+        may_defer: bool = False,
     ) -> None:
         """Grade every chunk; call `done(index, results)` as each finishes (in any order).
+
+        `may_defer`: the verifier may defer samples (see `SampleView.may_defer`); the caller
+        grades those again.
 
         `done` runs in this thread while the workers go on with the chunks they hold, so it
         may do slow things (write a batch) without stalling them.
@@ -282,8 +294,9 @@ class GradingPool:
         self.start([module] if module else [])
         todo = list(range(len(chunks)))[::-1]
         try:
+            job_args = (grade, chunks, timeout_s, may_defer, todo, done)
             for w in list(self._procs):
-                self._fill(w, grade, chunks, timeout_s, todo, done)
+                self._fill(w, *job_args)
             while busy := {w.conn: w for w in self._procs if w.jobs}:
                 for conn in wait(list(busy)):
                     w = busy[conn]  # type: ignore[index]
@@ -305,7 +318,7 @@ class GradingPool:
                             meta = json.dumps({"traceback": msg[3]})
                             row = ("unscored", None, None, why[:300], "verifier_error", meta, 0.0)
                             done(job, [row] * len(chunks[job]))
-                    self._fill(w, grade, chunks, timeout_s, todo, done)
+                    self._fill(w, *job_args)
         except BaseException:
             # interrupted mid-map: the workers' state is unknown; start over next time
             self.close(kill=True)
@@ -317,13 +330,14 @@ class GradingPool:
         grade: Callable[[SampleView], Grade],
         chunks: Sequence[Sequence[SampleRow]],
         timeout_s: float,
+        may_defer: bool,
         todo: list[int],
         done: Callable[[int, list[ResultRow]], None],
     ) -> None:
         while todo and len(w.jobs) < self.depth:
             job = todo.pop()
             try:
-                payload = pickle.dumps((grade, list(chunks[job]), timeout_s), protocol=5)
+                payload = pickle.dumps((grade, list(chunks[job]), timeout_s, may_defer), protocol=5)
             except Exception as exc:  # a verifier that cannot be pickled cannot go to a worker
                 done(job, failed_rows(len(chunks[job]), f"scoring worker failed: {exc}", exc))
                 continue

@@ -169,11 +169,7 @@ def stream_grades(
     if failed:
         emit(failed, [_error_row(r) for r in failed])
     todo = [r for r in rows if r["error"] is None]
-    # Strided, not contiguous: rows come sorted by sample id, so the epochs and near-identical
-    # items of one expensive problem would otherwise land in the same few chunks, and the stage
-    # would end with one worker grinding through them while the others idle.
-    n_chunks = -(-len(todo) // opts.chunk_size)
-    chunks = [todo[i::n_chunks] for i in range(n_chunks)]
+    chunks = _strided_chunks(todo, opts.chunk_size)
     # one chunk or one worker: a round trip to a worker costs more than it saves -- unless
     # this process holds stale verifier code
     if chunks and in_process and (pool.workers <= 1 or len(chunks) == 1):
@@ -183,12 +179,35 @@ def stream_grades(
             )
             emit(chunk, graded)
         return
-    pool.map(
-        verifier.grade,
-        [[_sample_row(r) for r in chunk] for chunk in chunks],
-        opts.sample_timeout_s,
-        lambda job, graded: emit(chunks[job], graded),
-    )
+    # First pass: a verifier may defer what would wait on a helper still starting (math: its
+    # sympy zygote, ~2 s), so the workers grade everything else meanwhile; second pass: the
+    # deferred samples, which the verifier must now grade.
+    later: list[dict[str, Any]] = []
+
+    def first_pass(job: int, graded: list[ResultRow]) -> None:
+        now = [(r, g) for r, g in zip(chunks[job], graded, strict=True) if g[0] != "deferred"]
+        later.extend(r for r, g in zip(chunks[job], graded, strict=True) if g[0] == "deferred")
+        if now:
+            emit([r for r, _ in now], [g for _, g in now])
+
+    grade_rows = [[_sample_row(r) for r in chunk] for chunk in chunks]
+    pool.map(verifier.grade, grade_rows, opts.sample_timeout_s, first_pass, may_defer=True)
+    if later:
+        again = _strided_chunks(later, opts.chunk_size)
+        pool.map(
+            verifier.grade,
+            [[_sample_row(r) for r in chunk] for chunk in again],
+            opts.sample_timeout_s,
+            lambda job, graded: emit(again[job], graded),
+        )
+
+
+def _strided_chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    # Strided, not contiguous: rows come sorted by sample id, so the epochs and near-identical
+    # items of one expensive problem would otherwise land in the same few chunks, and the stage
+    # would end with one worker grinding through them while the others idle.
+    n = -(-len(rows) // size)
+    return [rows[i::n] for i in range(n)]
 
 
 def grade_batch(

@@ -214,6 +214,16 @@ class BoundedPool:
             self._cond.notify_all()
 
     # -- public -----------------------------------------------------------------------------
+    @property
+    def booted(self) -> bool:
+        """Whether a worker has started (a call no longer waits for the first boot)."""
+        return self._booted
+
+    def boot_in_background(self) -> None:
+        """Start booting the pool if it has not started yet; returns at once."""
+        with self._cond:
+            self._top_up_locked()
+
     def warm(self) -> None:
         """Boot the pool now: start its workers and wait until the first is ready.
 

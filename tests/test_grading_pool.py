@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _VERIFIER = """
 import os, sys, time
-from scorers.grade import scored
+from scorers.grade import deferred, scored
 
 HEAVY = ("inspect_ai", "prefect", "sympy", "warehouse", "duckdb")
 
@@ -30,9 +30,12 @@ def grade(view):
             pass
     if view.completion == "raise":
         raise ValueError("bad sample")
+    if view.completion == "defer" and view.may_defer or view.completion == "always defer":
+        return deferred("helper still starting")
     loaded = sorted(m for m in HEAVY if m in sys.modules)
     return scored(float(view.completion == view.target[0]), answer=view.completion,
-                  explanation="cmp", reason="cmp", pid=os.getpid(), loaded=loaded)
+                  explanation="cmp", reason="cmp", pid=os.getpid(), loaded=loaded,
+                  may_defer=view.may_defer)
 """
 
 
@@ -124,3 +127,20 @@ def test_verifier_core_imports_without_inspect_or_prefect() -> None:
     from scorers.math import math_verifier
 
     assert callable(math_verifier)
+
+
+def test_deferred_samples_are_graded_after_the_rest(verifier) -> None:
+    rows = _rows(["42", "defer", "41", "defer"] * 6, target="defer")
+    results = _grade(verifier, rows)
+    import json
+
+    assert [r[0] for r in results] == ["scored"] * 24  # nothing lost, nothing stored deferred
+    assert [r[1] for r in results] == [0.0, 1.0, 0.0, 1.0] * 6
+    passes = [json.loads(r[5])["may_defer"] for r in results]
+    assert passes == [True, False, True, False] * 6  # deferred ones came back without the option
+
+
+def test_a_verifier_that_defers_when_it_may_not_leaves_the_sample_unscored(verifier) -> None:
+    results = _grade(verifier, _rows(["always defer", "42"]))
+    assert [(r[0], r[4]) for r in results] == [("unscored", "verifier_error"), ("scored", "cmp")]
+    assert "deferred" in results[0][3]
