@@ -29,6 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -263,9 +264,15 @@ class GradingPool:
         # shared, not once per worker: on 2 cores, a second sympy boot costs ~2 s of CPU.
         self._broker = ZygoteBroker()
 
-    def start(self, modules: Iterable[str] = ()) -> None:
+    def start(self, modules: Iterable[str] = (), helpers: Iterable[Sequence[str]] = ()) -> None:
         """Launch the workers now (not awaited) and have them import `modules`, so their
-        start-up overlaps whatever the caller does next (ingest, reading samples)."""
+        start-up overlaps whatever the caller does next (ingest, reading samples); boot the
+        shared zygotes for `helpers` (`Verifier.helpers`) in the background too."""
+        for preload in helpers:
+            threading.Thread(
+                target=_quietly, args=(partial(self._broker.zygote, tuple(preload)),),
+                daemon=True, name="zygote-boot",
+            ).start()  # fmt: skip
         self._preload = tuple(dict.fromkeys([*self._preload, *modules]))
         while len(self._procs) < self.workers:
             self._procs.append(_Worker(self._preload, self._broker))

@@ -443,7 +443,8 @@ def _expected_samples(logs: Sequence[str]) -> int:
     return total
 
 
-def _verifier_modules(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[str]:
+def _verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
+    """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
     names = set(verifiers or [])
     if not names:
         for path in logs:
@@ -451,13 +452,13 @@ def _verifier_modules(logs: Sequence[str], verifiers: Iterable[str] | None) -> l
                 names.update(verifiers_of_log(path)[1])
             except Exception:  # noqa: S112 - only a warm-up hint; ingest reports bad logs
                 continue
-    modules = []
+    found = []
     for name in sorted(names):
         try:
-            modules.append(get_verifier(name).module)
+            found.append(get_verifier(name))
         except KeyError:
             continue
-    return modules
+    return found
 
 
 @task(name="ingest", cache_policy=NO_CACHE)
@@ -498,7 +499,8 @@ def score_flow(
     try:
         # big logs: start the workers first, so their start-up overlaps the ingest
         if _expected_samples(logs) > 2 * opts.chunk_size:
-            pool.start(_verifier_modules(logs, verifiers))
+            chosen = _verifiers_for(logs, verifiers)
+            pool.start([v.module for v in chosen], [h for v in chosen for h in v.helpers])
         plan, _ = ingest_task(warehouse, logs, verifiers)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:

@@ -225,6 +225,7 @@ register(
         module="scorers.math",
         params={"timeout_s": DEFAULT_TIMEOUT_S, "answer_patterns": list(DEFAULT_PATTERNS)},
         label="exact rational + sympy equivalence of the final answer (ANSWER:/boxed/####)",
+        helpers=(_SYMBOLIC_MODULES,),
     )
 )
 

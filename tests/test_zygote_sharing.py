@@ -169,3 +169,29 @@ def _gone(pid: int, patience_s: float = 30.0) -> bool:
             return True
         threading.Event().wait(0.05)
     return False
+
+
+def test_a_stage_boots_declared_helpers_up_front(heavy: str, tmp_path: Path) -> None:
+    name = f"early_probe_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(_VERIFIER.format(heavy=heavy)))
+    verifier = Verifier(name="early", grade=__import__(name).grade, module=name,
+                        helpers=((heavy,),))  # fmt: skip
+    pool = GradingPool(2)
+    try:
+        pool.start([verifier.module], verifier.helpers)
+        # the helper's zygote boots before any sample asks for it
+        while not _imports(tmp_path):
+            threading.Event().wait(0.05)
+        (booted,) = _imports(tmp_path)
+        rows = [
+            {"run_id": "r", "sample_id": str(i), "epoch": 1, "completion": "x",
+             "target": ["x"], "metadata": "{}", "error": None}
+            for i in range(12)
+        ]  # fmt: skip
+        results = grade_batch(
+            pool, verifier, rows, ScoreOptions(workers=2, chunk_size=3), in_process=False
+        )
+    finally:
+        pool.close()
+    assert {json.loads(r[5])["zygote"] for r in results} == {int(booted)}
+    assert _imports(tmp_path) == [booted]
