@@ -80,7 +80,10 @@ def main() -> None:
             os.environ["PREFECT_API_URL"] = api
             from prefect.settings import temporary_settings
 
-            with temporary_settings(updates={"api.url": api}):
+            from flows.session import in_process_settings
+
+            # the embedded anchor runs as the CLI does (flows.session.prefect_session)
+            with temporary_settings(updates={"api.url": api, **in_process_settings()}):
                 rows = _measure(
                     api, tmp, verifier, n, chunk, setup_cluster, worker_command, worker_env
                 )

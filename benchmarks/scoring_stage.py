@@ -8,6 +8,9 @@ Rows:
     against (a) a bare single-process loop calling `is_correct` on the already-extracted answers
     (bar: >= 1.5x on 2 cores) and (b) `inspect_ai.score()` with the same math scorer on the same
     log (bar: >= 3x).
+  - CPU scaling: N busy processes at once against one alone, measured in the same run. It is
+    the ceiling for any N-worker speed-up on this machine at that moment (2.0 on two idle
+    cores; a shared VM gives less), so the flow row can be read against it.
   - the score flow run again on the same warehouse (nothing left to score): its fixed cost.
   - the fixed overhead of one `gradebook sweep` with one sample, as a subprocess (Prefect start-up
     included), against a bare `inspect eval` of the same one sample in a subprocess.
@@ -168,7 +171,6 @@ def sweep_overhead(tmp: Path) -> tuple[float, float]:
         "[gates]\nmax_regression = 0.5\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env["PREFECT_HOME"] = str(CACHE / "prefect-home")  # migrated once, like a user's ~/.prefect
     gradebook = Path(sys.executable).parent / "gradebook"
     t0 = time.perf_counter()
     subprocess.run([str(gradebook), "sweep", str(cfg)], env=env, capture_output=True, check=False)
@@ -183,6 +185,22 @@ def sweep_overhead(tmp: Path) -> tuple[float, float]:
     return sweep_s, time.perf_counter() - t0
 
 
+def cpu_scaling(workers: int, loops: int = 12_000_000) -> float:
+    """Throughput of `workers` CPU-bound processes at once over one alone: the most any
+    `workers`-process speed-up can reach on this machine right now (2.0 on 2 idle cores)."""
+    code = f"s = 0\nfor i in range({loops}): s += i * i"
+
+    def run(n: int) -> float:
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+        for p in procs:
+            p.wait()
+        return time.perf_counter() - t0
+
+    alone = run(1)
+    return workers * alone / run(workers)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2,000 samples; under a minute")
@@ -192,24 +210,26 @@ def main() -> None:
     args = ap.parse_args()
     n = args.samples or (2_000 if args.quick else 20_000)
 
-    from flows.server import local_server
+    # the server's database is migrated once, like a user's ~/.prefect
+    os.environ["PREFECT_HOME"] = str(CACHE / "prefect-home")
+    os.environ.pop("PREFECT_API_URL", None)
+    from flows.session import prefect_session
 
     log = build_log(n)
+    scaling = cpu_scaling(args.workers)
     bare_s, bare_correct = bare_loop(log)
     insp_s = inspect_score(log)
-    with local_server(home=CACHE / "prefect-home", ui=False) as api:
-        os.environ["PREFECT_API_URL"] = api
-        from prefect.settings import temporary_settings
-
-        with temporary_settings(updates={"api.url": api}):
-            flow_s, ingest_s, flow_correct, fixed_s = flow_score(log, args.workers)
-        os.environ.pop("PREFECT_API_URL", None)
+    with prefect_session():  # a local server, set up exactly as the CLI's commands do
+        flow_s, ingest_s, flow_correct, fixed_s = flow_score(log, args.workers)
     if flow_correct != bare_correct:
         print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}")
     rows = [
         Row("score flow vs bare is_correct loop", n / flow_s, "samples/s",
             "bare loop, 1 process", n / bare_s, bare_s / flow_s,
             f">= 1.5x the bare loop on {args.workers} cores", bare_s / flow_s >= 1.5),
+        Row(f"CPU scaling, {args.workers} busy processes (the ceiling for the row above)",
+            scaling, "x", "1 process", 1.0, scaling,
+            f"informational: {args.workers:.1f} on {args.workers} idle cores", True),
         Row("score flow vs inspect score", n / flow_s, "samples/s", "inspect_ai.score()",
             n / insp_s, insp_s / flow_s, ">= 3x inspect score", insp_s / flow_s >= 3),
         Row("ingest (informational, not in the flow rows)", n / ingest_s, "samples/s",

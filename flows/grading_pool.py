@@ -29,11 +29,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
 from scorers.grade import Grade, SampleView, unscored
+from scorers.zygote import ZygoteBroker
 
 __all__ = ["GradingPool", "SampleRow", "ResultRow", "grade_chunk", "grade_one"]
 
@@ -85,11 +87,15 @@ def grade_one(grade: Callable[[SampleView], Grade], view: SampleView, timeout_s:
 
 
 def grade_chunk(
-    grade: Callable[[SampleView], Grade], rows: Sequence[SampleRow], timeout_s: float
+    grade: Callable[[SampleView], Grade],
+    rows: Sequence[SampleRow],
+    timeout_s: float,
+    may_defer: bool = False,
 ) -> list[ResultRow]:
     """Grade rows in this process (main thread: the per-sample limit uses SIGALRM).
 
-    Returns one result tuple per row, in order; the caller adds the key columns back.
+    Returns one result tuple per row, in order; the caller adds the key columns back. With
+    `may_defer`, a row the verifier defers (status "deferred") must be graded again later.
     """
     # SIGALRM is delivered to the main thread only: elsewhere the per-sample limit is off and
     # the verifier's own bounds are what hold (the math verifier's are hard)
@@ -105,8 +111,11 @@ def grade_chunk(
             target=list(target or []),
             metadata=_loads(metadata),
             sample_id=sample_id,
+            may_defer=may_defer,
         )
         g = grade_one(grade, view, timeout_s)
+        if g.status == "deferred" and not may_defer:
+            g = unscored("verifier_error", "verifier deferred a sample it was told to grade")
         value = g.value if g.status == "scored" else None
         if value is not None and math.isnan(value):
             value = None
@@ -143,11 +152,16 @@ def failed_rows(n: int, why: str, exc: BaseException | None = None) -> list[Resu
 # -- worker process --------------------------------------------------------------------------
 
 
-def _worker_main(fd: int) -> None:
+def _worker_main(fd: int, broker_fd: int | None = None) -> None:
     """A grading worker's loop: preload, then grade chunks until the channel closes."""
     conn = Connection(fd)
     sys_path, preload = conn.recv()
     sys.path[:] = sys_path
+    if broker_fd is not None:
+        # before any verifier import: their pools then fork from the stage's shared zygotes
+        from scorers.zygote import use_broker
+
+        use_broker(broker_fd)
     for name in preload:
         try:
             module = importlib.import_module(name)
@@ -167,8 +181,8 @@ def _worker_main(fd: int) -> None:
     while (item := jobs.get()) is not None:
         job, payload = item
         try:
-            grade, rows, timeout_s = pickle.loads(payload)
-            reply: tuple = (job, "ok", grade_chunk(grade, rows, timeout_s))
+            grade, rows, timeout_s, may_defer = pickle.loads(payload)
+            reply: tuple = (job, "ok", grade_chunk(grade, rows, timeout_s, may_defer))
         except Exception as exc:  # e.g. the verifier cannot be unpickled here
             reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
         try:
@@ -196,16 +210,21 @@ def _quietly(fn: Callable[[], object]) -> None:
 
 
 class _Worker:
-    def __init__(self, preload: Sequence[str]) -> None:
+    def __init__(self, preload: Sequence[str], broker: ZygoteBroker) -> None:
         ours, theirs = socket.socketpair()
+        to_broker = broker.channel()
+        fds = (theirs.fileno(), to_broker.fileno())
         code = (
             f"import sys; sys.path.insert(0, {_ROOT!r}); "
-            f"from flows.grading_pool import _worker_main; _worker_main({theirs.fileno()})"
+            f"from flows.grading_pool import _worker_main; _worker_main(*{fds})"
         )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
-        )
-        theirs.close()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code], pass_fds=fds, stdin=subprocess.DEVNULL
+            )
+        finally:
+            theirs.close()
+            to_broker.close()
         self.conn = Connection(ours.detach())
         self.conn.send((list(sys.path), tuple(preload)))
         self.jobs: list[int] = []  # handed over, not yet answered (oldest first)
@@ -241,13 +260,22 @@ class GradingPool:
         self.depth = max(1, depth)
         self._preload: tuple[str, ...] = ()
         self._procs: list[_Worker] = []
+        # Verifier helpers the workers need (math: a sympy zygote) are booted once here and
+        # shared, not once per worker: on 2 cores, a second sympy boot costs ~2 s of CPU.
+        self._broker = ZygoteBroker()
 
-    def start(self, modules: Iterable[str] = ()) -> None:
+    def start(self, modules: Iterable[str] = (), helpers: Iterable[Sequence[str]] = ()) -> None:
         """Launch the workers now (not awaited) and have them import `modules`, so their
-        start-up overlaps whatever the caller does next (ingest, reading samples)."""
+        start-up overlaps whatever the caller does next (ingest, reading samples); boot the
+        shared zygotes for `helpers` (`Verifier.helpers`) in the background too."""
+        for preload in helpers:
+            threading.Thread(
+                target=_quietly, args=(partial(self._broker.zygote, tuple(preload)),),
+                daemon=True, name="zygote-boot",
+            ).start()  # fmt: skip
         self._preload = tuple(dict.fromkeys([*self._preload, *modules]))
         while len(self._procs) < self.workers:
-            self._procs.append(_Worker(self._preload))
+            self._procs.append(_Worker(self._preload, self._broker))
 
     def map(
         self,
@@ -255,8 +283,13 @@ class GradingPool:
         chunks: Sequence[Sequence[SampleRow]],
         timeout_s: float,
         done: Callable[[int, list[ResultRow]], None],
+        *,
+        may_defer: bool = False,
     ) -> None:
         """Grade every chunk; call `done(index, results)` as each finishes (in any order).
+
+        `may_defer`: the verifier may defer samples (see `SampleView.may_defer`); the caller
+        grades those again.
 
         `done` runs in this thread while the workers go on with the chunks they hold, so it
         may do slow things (write a batch) without stalling them.
@@ -268,8 +301,9 @@ class GradingPool:
         self.start([module] if module else [])
         todo = list(range(len(chunks)))[::-1]
         try:
+            job_args = (grade, chunks, timeout_s, may_defer, todo, done)
             for w in list(self._procs):
-                self._fill(w, grade, chunks, timeout_s, todo, done)
+                self._fill(w, *job_args)
             while busy := {w.conn: w for w in self._procs if w.jobs}:
                 for conn in wait(list(busy)):
                     w = busy[conn]  # type: ignore[index]
@@ -291,7 +325,7 @@ class GradingPool:
                             meta = json.dumps({"traceback": msg[3]})
                             row = ("unscored", None, None, why[:300], "verifier_error", meta, 0.0)
                             done(job, [row] * len(chunks[job]))
-                    self._fill(w, grade, chunks, timeout_s, todo, done)
+                    self._fill(w, *job_args)
         except BaseException:
             # interrupted mid-map: the workers' state is unknown; start over next time
             self.close(kill=True)
@@ -303,13 +337,14 @@ class GradingPool:
         grade: Callable[[SampleView], Grade],
         chunks: Sequence[Sequence[SampleRow]],
         timeout_s: float,
+        may_defer: bool,
         todo: list[int],
         done: Callable[[int, list[ResultRow]], None],
     ) -> None:
         while todo and len(w.jobs) < self.depth:
             job = todo.pop()
             try:
-                payload = pickle.dumps((grade, list(chunks[job]), timeout_s), protocol=5)
+                payload = pickle.dumps((grade, list(chunks[job]), timeout_s, may_defer), protocol=5)
             except Exception as exc:  # a verifier that cannot be pickled cannot go to a worker
                 done(job, failed_rows(len(chunks[job]), f"scoring worker failed: {exc}", exc))
                 continue
@@ -326,7 +361,7 @@ class GradingPool:
     def _replace(self, w: _Worker) -> _Worker:
         w.close(kill=True)
         self._procs.remove(w)
-        fresh = _Worker(self._preload)
+        fresh = _Worker(self._preload, self._broker)
         self._procs.append(fresh)
         return fresh
 
@@ -335,6 +370,10 @@ class GradingPool:
         procs, self._procs = self._procs, []
         for w in procs:
             w.close(kill=kill)
+        # ends the shared zygotes and so every helper forked from them (the workers' pools
+        # see their zygote gone and would boot their own, but they are exiting too)
+        self._broker.close()
+        self._broker = ZygoteBroker()
 
     def pids(self) -> list[int]:
         """The workers' process ids (for tests and diagnostics)."""

@@ -169,7 +169,7 @@ def stream_grades(
     if failed:
         emit(failed, [_error_row(r) for r in failed])
     todo = [r for r in rows if r["error"] is None]
-    chunks = [todo[i : i + opts.chunk_size] for i in range(0, len(todo), opts.chunk_size)]
+    chunks = _strided_chunks(todo, opts.chunk_size)
     # one chunk or one worker: a round trip to a worker costs more than it saves -- unless
     # this process holds stale verifier code
     if chunks and in_process and (pool.workers <= 1 or len(chunks) == 1):
@@ -179,12 +179,35 @@ def stream_grades(
             )
             emit(chunk, graded)
         return
-    pool.map(
-        verifier.grade,
-        [[_sample_row(r) for r in chunk] for chunk in chunks],
-        opts.sample_timeout_s,
-        lambda job, graded: emit(chunks[job], graded),
-    )
+    # First pass: a verifier may defer what would wait on a helper still starting (math: its
+    # sympy zygote, ~2 s), so the workers grade everything else meanwhile; second pass: the
+    # deferred samples, which the verifier must now grade.
+    later: list[dict[str, Any]] = []
+
+    def first_pass(job: int, graded: list[ResultRow]) -> None:
+        now = [(r, g) for r, g in zip(chunks[job], graded, strict=True) if g[0] != "deferred"]
+        later.extend(r for r, g in zip(chunks[job], graded, strict=True) if g[0] == "deferred")
+        if now:
+            emit([r for r, _ in now], [g for _, g in now])
+
+    grade_rows = [[_sample_row(r) for r in chunk] for chunk in chunks]
+    pool.map(verifier.grade, grade_rows, opts.sample_timeout_s, first_pass, may_defer=True)
+    if later:
+        again = _strided_chunks(later, opts.chunk_size)
+        pool.map(
+            verifier.grade,
+            [[_sample_row(r) for r in chunk] for chunk in again],
+            opts.sample_timeout_s,
+            lambda job, graded: emit(again[job], graded),
+        )
+
+
+def _strided_chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    # Strided, not contiguous: rows come sorted by sample id, so the epochs and near-identical
+    # items of one expensive problem would otherwise land in the same few chunks, and the stage
+    # would end with one worker grinding through them while the others idle.
+    n = -(-len(rows) // size)
+    return [rows[i::n] for i in range(n)]
 
 
 def grade_batch(
@@ -420,7 +443,8 @@ def _expected_samples(logs: Sequence[str]) -> int:
     return total
 
 
-def _verifier_modules(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[str]:
+def _verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
+    """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
     names = set(verifiers or [])
     if not names:
         for path in logs:
@@ -428,13 +452,13 @@ def _verifier_modules(logs: Sequence[str], verifiers: Iterable[str] | None) -> l
                 names.update(verifiers_of_log(path)[1])
             except Exception:  # noqa: S112 - only a warm-up hint; ingest reports bad logs
                 continue
-    modules = []
+    found = []
     for name in sorted(names):
         try:
-            modules.append(get_verifier(name).module)
+            found.append(get_verifier(name))
         except KeyError:
             continue
-    return modules
+    return found
 
 
 @task(name="ingest", cache_policy=NO_CACHE)
@@ -475,7 +499,8 @@ def score_flow(
     try:
         # big logs: start the workers first, so their start-up overlaps the ingest
         if _expected_samples(logs) > 2 * opts.chunk_size:
-            pool.start(_verifier_modules(logs, verifiers))
+            chosen = _verifiers_for(logs, verifiers)
+            pool.start([v.module for v in chosen], [h for v in chosen for h in v.helpers])
         plan, _ = ingest_task(warehouse, logs, verifiers)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:

@@ -4,8 +4,9 @@ Python signals and threads cannot interrupt a long big-integer or sympy operatio
 process can. Each call goes to an idle worker over a pipe; when the answer does not arrive by
 the deadline the worker is killed.
 
-Workers are forked from a "zygote": one fresh interpreter per pool that imports the heavy
-modules once and then only forks. A new worker is therefore ready in tens of milliseconds, and
+Workers are forked from a "zygote" (scorers.zygote): a fresh interpreter that imports the heavy
+modules once and then only forks; one per pool, or one shared by the processes of a stage when
+their parent runs a broker. A new worker is therefore ready in tens of milliseconds, and
 what it costs does not depend on the caller: multiprocessing's forkserver/spawn re-import the
 caller's `__main__` in every child (for an Inspect or Prefect process, seconds of imports), and
 plain fork copies a multi-threaded caller, which is unsafe.
@@ -24,27 +25,24 @@ calls and is shut down at exit.
 from __future__ import annotations
 
 import atexit
-import importlib
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.reduction import recv_handle, send_handle
-from pathlib import Path
 from typing import Any
 
-# Memory cap per worker: a runaway expansion fails with MemoryError instead of swapping the host.
-WORKER_MEMORY_BYTES = 2 * 1024**3
-# The one-time boot of a pool (zygote start + first worker) is bounded by this, not by a call's
-# deadline; a worker that takes longer to start is treated as broken.
-STARTUP_TIMEOUT_S = 60.0
-_ROOT = str(Path(__file__).resolve().parents[1])
+from scorers.zygote import STARTUP_TIMEOUT_S, RemoteZygote, Zygote, broker_zygote
+
+__all__ = [
+    "STARTUP_TIMEOUT_S",
+    "BoundedPool",
+    "PoolStats",
+    "WorkerFailed",
+    "WorkerTimeout",
+    "shared_pool",
+]
 
 
 class WorkerTimeout(TimeoutError):
@@ -55,60 +53,8 @@ class WorkerFailed(RuntimeError):
     """The worker raised or died while running the call, or workers cannot be started."""
 
 
-class _Zygote:
-    """A fresh interpreter that imports `preload` once, then forks workers on request."""
-
-    def __init__(self, preload: Sequence[str]) -> None:
-        ours, theirs = socket.socketpair()
-        code = f"import sys; sys.path.insert(0, {_ROOT!r}); import scorers.bounded as b; " \
-            f"b._zygote_main({theirs.fileno()})"  # fmt: skip
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
-        )
-        theirs.close()
-        self.sock = ours
-        self.conn = Connection(os.dup(ours.fileno()))
-        self.lock = threading.Lock()
-        self.conn.send((list(sys.path), tuple(preload), WORKER_MEMORY_BYTES))
-        if not self.conn.poll(STARTUP_TIMEOUT_S):
-            self.close()
-            raise WorkerFailed(f"verification zygote did not start within {STARTUP_TIMEOUT_S:g} s")
-        status, payload = self.conn.recv()
-        if status != "ready":
-            self.close()
-            raise WorkerFailed(f"verification worker failed to start: {payload}")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def fork(self) -> tuple[int, Connection]:
-        """A new worker: its pid and the parent end of its pipe."""
-        with self.lock:
-            self.conn.send("fork")
-            if not self.conn.poll(STARTUP_TIMEOUT_S):
-                raise WorkerFailed("verification zygote stopped answering")
-            status, payload = self.conn.recv()
-            if status != "forked":
-                raise WorkerFailed(f"verification zygote could not fork: {payload}")
-            fd = recv_handle(self.sock)
-        return payload, Connection(fd)
-
-    def close(self) -> None:
-        """Closing its channel makes the zygote exit, and its workers die with it."""
-        self.conn.close()
-        self.sock.close()
-        threading.Thread(target=self._reap, daemon=True).start()
-
-    def _reap(self) -> None:
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 class _Worker:
-    def __init__(self, zygote: _Zygote) -> None:
+    def __init__(self, zygote: Zygote | RemoteZygote) -> None:
         self.pid, self.conn = zygote.fork()
         # A pidfd names this very process: a kill can never hit a recycled pid.
         try:
@@ -170,7 +116,7 @@ class BoundedPool:
         self._start_error: str | None = None
         self._cond = threading.Condition()
         self._closed = False
-        self._zygote: _Zygote | None = None
+        self._zygote: Zygote | RemoteZygote | None = None
         self._zygote_lock = threading.Lock()
         self.kills = 0
 
@@ -186,7 +132,7 @@ class BoundedPool:
             self._starting += 1
             threading.Thread(target=self._launch, daemon=True, name="bounded-pool-launch").start()
 
-    def _get_zygote(self) -> _Zygote:
+    def _get_zygote(self) -> Zygote | RemoteZygote:
         with self._zygote_lock:
             if self._zygote is None or not self._zygote.alive():
                 if self._zygote is not None:
@@ -194,7 +140,9 @@ class BoundedPool:
                 self._zygote = None
                 if self._closed:
                     raise WorkerFailed("pool is shut down")
-                self._zygote = _Zygote(self.preload)
+                # A zygote shared by the processes of one stage when its parent offers one
+                # (scorers.zygote); otherwise this pool boots its own.
+                self._zygote = broker_zygote(self.preload) or Zygote(self.preload)
             return self._zygote
 
     def _launch(self) -> None:
@@ -266,6 +214,16 @@ class BoundedPool:
             self._cond.notify_all()
 
     # -- public -----------------------------------------------------------------------------
+    @property
+    def booted(self) -> bool:
+        """Whether a worker has started (a call no longer waits for the first boot)."""
+        return self._booted
+
+    def boot_in_background(self) -> None:
+        """Start booting the pool if it has not started yet; returns at once."""
+        with self._cond:
+            self._top_up_locked()
+
     def warm(self) -> None:
         """Boot the pool now: start its workers and wait until the first is ready.
 
@@ -385,101 +343,3 @@ def _shutdown_all() -> None:
     for key, pool in list(_POOLS.items()):
         if key[0] == os.getpid():
             pool.shutdown()
-
-
-def _zygote_main(fd: int) -> None:
-    """The zygote's loop: import the preload modules once, then fork a worker per request.
-
-    Single-threaded on purpose, so os.fork() is safe. Exits when the pool's end closes.
-    """
-    sock = socket.socket(fileno=fd)
-    conn = Connection(os.dup(fd))
-    sys_path, preload, memory_bytes = conn.recv()
-    sys.path[:] = sys_path
-    try:
-        for name in preload:
-            importlib.import_module(name)
-        status: tuple[str, str | None] = ("ready", None)
-    except BaseException as exc:  # noqa: BLE001 - reported to the pool, which reports it on
-        status = ("error", f"{type(exc).__name__}: {exc}")
-    try:
-        conn.send(status)
-    except OSError:
-        # the pool's owner exited during the imports (e.g. a worker killed at start-up)
-        return
-    if status[0] == "error":
-        return
-    zygote_pid = os.getpid()
-    while True:
-        _reap()
-        try:
-            if not conn.poll(0.5):
-                continue
-            request = conn.recv()
-        except (EOFError, OSError):
-            return
-        if request != "fork":
-            continue
-        parent_end, child_end = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _die_with_parent(zygote_pid)
-                sock.close()
-                conn.close()
-                parent_end.close()
-                _serve_pipe(Connection(child_end.detach()), memory_bytes)
-            finally:
-                os._exit(0)
-        child_end.close()
-        try:
-            conn.send(("forked", pid))
-            send_handle(sock, parent_end.fileno(), os.getppid())
-        except OSError:
-            # the pool's owner exited while this spare was starting: the pool is gone
-            return
-        finally:
-            parent_end.close()
-
-
-def _die_with_parent(parent: int) -> None:
-    """Linux: SIGKILL this worker when the zygote exits, even mid-computation."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # elsewhere a worker still exits at its next read, when its pipe closes
-    if os.getppid() != parent:  # the zygote died before prctl took effect
-        os._exit(0)
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _serve_pipe(conn: Connection, memory_bytes: int) -> None:
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    except (ImportError, ValueError, OSError):
-        pass
-    conn.send(("ready", None))
-    while True:
-        try:
-            module, qualname, args = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            fn = getattr(importlib.import_module(module), qualname)
-            conn.send(("ok", fn(*args)))
-        except BaseException as exc:  # noqa: BLE001 - every failure is reported to the caller
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -15,17 +15,23 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # grading workers import this module; only to_score() needs Inspect
     from inspect_ai.scorer import Score
 
-GradeStatus = Literal["scored", "unscored", "error"]
+GradeStatus = Literal["scored", "unscored", "error", "deferred"]
 
 
 @dataclass(frozen=True, slots=True)
 class SampleView:
-    """What a verifier may read: only what the log (or the warehouse) keeps."""
+    """What a verifier may read: only what the log (or the warehouse) keeps.
+
+    `may_defer`: the caller has other samples to grade meanwhile, so the verifier may answer
+    `deferred()` instead of waiting for a helper that is still starting (the scoring stage sets
+    it on its first pass and asks again, without it, after the rest).
+    """
 
     completion: str
     target: str | list[str]
     metadata: dict[str, Any] = field(default_factory=dict)
     sample_id: str | int | None = None
+    may_defer: bool = False
 
     @property
     def targets(self) -> list[str]:
@@ -40,6 +46,7 @@ class Grade:
         status: "scored" when the verifier decided; "unscored" when it could not (timeout,
             sandbox unavailable, invalid target); "error" when the verifier itself raised.
             Principle 6: a grader failure is never a wrong answer and never a right one.
+            "deferred" (only when the SampleView allowed it): ask again later; never stored.
         value: 1.0 or 0.0 (or a partial credit) when scored, None otherwise.
         answer: the extracted answer (what was compared), if any.
         explanation: one human line, e.g. "mismatch: got 41, want 42".
@@ -87,3 +94,9 @@ def scored(
 
 def unscored(reason: str, explanation: str, *, answer: str | None = None, **meta: Any) -> Grade:
     return Grade("unscored", None, answer, explanation, reason, dict(meta))
+
+
+def deferred(why: str) -> Grade:
+    """Not graded yet: grading now would wait on a helper that is still starting. Only for a
+    SampleView with `may_defer`; the caller asks again later."""
+    return Grade("deferred", None, None, why, "deferred")

@@ -22,7 +22,7 @@ from scorers._compare import ExactComparator, NeedSymbolic
 from scorers._extract import DEFAULT_PATTERNS, extract_answer
 from scorers._mathparse import LimitExceeded, ParseError, parse_answer
 from scorers.bounded import WorkerFailed, WorkerTimeout, shared_pool
-from scorers.grade import Grade, SampleView, scored, unscored
+from scorers.grade import Grade, SampleView, deferred, scored, unscored
 from scorers.registry import Verifier, register
 
 __all__ = [
@@ -43,6 +43,7 @@ _COMPARE_SYMBOLIC = "scorers._symbolic:compare_symbolic"
 
 Reason = Literal[
     "verified_equal",
+    "deferred",
     "mismatch",
     "no_answer",
     "unparseable_answer",
@@ -84,6 +85,12 @@ def verify(
             any wait for a symbolic worker count against it. (Only the one-time start of the
             worker pool in a fresh process does not; `warm_up()` does it ahead of time.)
     """
+    return _verify(candidate, reference, timeout_s=timeout_s, may_defer=False)
+
+
+def _verify(candidate: str | None, reference: str, *, timeout_s: float, may_defer: bool) -> Verdict:
+    """`verify`; with `may_defer`, a comparison that needs the symbolic pool before it has
+    booted returns reason "deferred" at once (and starts the boot) instead of waiting."""
     started = time.monotonic()
     try:
         ref = parse_answer(reference)
@@ -107,6 +114,9 @@ def verify(
     except RecursionError:
         return Verdict(False, "limit_exceeded", "answer too deeply nested", "exact")
     pool = shared_pool(_SYMBOLIC_MODULES)
+    if may_defer and not pool.booted:
+        pool.boot_in_background()
+        return Verdict(False, "deferred", "symbolic worker still starting", "symbolic")
     try:
         remaining = timeout_s - (time.monotonic() - started)
         if remaining <= 0:
@@ -177,11 +187,15 @@ def grade_math(sample: SampleView) -> Grade:
     # concurrently): a grading waits for its turn here, before its deadline starts, instead
     # of timing out in the pool's queue.
     with _grading_slots():
-        verdicts = [verify(answer, t, timeout_s=timeout_s) for t in targets]
+        verdicts = [
+            _verify(answer, t, timeout_s=timeout_s, may_defer=sample.may_defer) for t in targets
+        ]
     for v in verdicts:
         if v.equal:
             return scored(1.0, answer=answer, explanation="verified equal", reason=v.reason,
                           path=v.path)  # fmt: skip
+    if any(v.reason == "deferred" for v in verdicts):
+        return deferred("symbolic comparison deferred: its worker is still starting")
     if any(v.reason == "invalid_target" for v in verdicts):
         bad = next(v for v in verdicts if v.reason == "invalid_target")
         return unscored("invalid_target", bad.detail, answer=answer)
@@ -211,6 +225,7 @@ register(
         module="scorers.math",
         params={"timeout_s": DEFAULT_TIMEOUT_S, "answer_patterns": list(DEFAULT_PATTERNS)},
         label="exact rational + sympy equivalence of the final answer (ANSWER:/boxed/####)",
+        helpers=(_SYMBOLIC_MODULES,),
     )
 )
 

@@ -16,11 +16,20 @@ from scorers.grade import Grade, SampleView
 
 @dataclass(frozen=True)
 class Verifier:
+    """A registered verifier.
+
+    Attributes:
+        helpers: preload-module sets of the zygotes its grade function forks helper processes
+            from (scorers.bounded; math: `("scorers._symbolic",)`, which imports sympy). The
+            scoring stage boots each once, as soon as it starts, and shares it with its workers.
+    """
+
     name: str
     grade: Callable[[SampleView], Grade]
     module: str
     params: Mapping[str, Any] = field(default_factory=dict)
     label: str = ""
+    helpers: tuple[tuple[str, ...], ...] = ()
 
 
 _VERIFIERS: dict[str, Verifier] = {}

@@ -68,9 +68,11 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory):
     from prefect.settings import temporary_settings
 
     from flows.envvars import environ_set
+    from flows.session import in_process_settings
 
     # Prefect reads env at import; temporary_settings makes an already-imported prefect agree.
     settings = {
+        **in_process_settings(),
         "api.url": api_url,
         "home": root / "client-home",
         "results.local_storage_path": root / "results",

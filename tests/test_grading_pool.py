@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _VERIFIER = """
 import os, sys, time
-from scorers.grade import scored
+from scorers.grade import deferred, scored
 
 HEAVY = ("inspect_ai", "prefect", "sympy", "warehouse", "duckdb")
 
@@ -30,9 +30,12 @@ def grade(view):
             pass
     if view.completion == "raise":
         raise ValueError("bad sample")
+    if view.completion == "defer" and view.may_defer or view.completion == "always defer":
+        return deferred("helper still starting")
     loaded = sorted(m for m in HEAVY if m in sys.modules)
     return scored(float(view.completion == view.target[0]), answer=view.completion,
-                  explanation="cmp", reason="cmp", pid=os.getpid(), loaded=loaded)
+                  explanation="cmp", reason="cmp", pid=os.getpid(), loaded=loaded,
+                  may_defer=view.may_defer)
 """
 
 
@@ -78,14 +81,16 @@ def test_workers_grade_in_order_without_importing_inspect_or_prefect(verifier) -
 
 def test_a_dead_worker_costs_only_its_chunks_and_is_replaced(verifier) -> None:
     completions = ["42"] * 12
-    completions[4] = "die"  # chunk 1 (samples 3-5)
+    completions[5] = "die"
     results = _grade(verifier, _rows(completions), workers=1)
-    died = [i for i, r in enumerate(results) if r[0] == "unscored"]
-    # one worker holds two chunks at once (depth 2): at most those two are lost
-    assert set(range(3, 6)) <= set(died) <= set(range(3, 9))
+    died = {i for i, r in enumerate(results) if r[0] == "unscored"}
+    # 4 chunks of 3, strided (chunk k holds samples k, k+4, k+8): "die" is in chunk 1. One
+    # worker holds two chunks at once (depth 2): chunk 1 and at most one other are lost.
+    chunk = {k: {k, k + 4, k + 8} for k in range(4)}
+    assert died in (chunk[1], chunk[0] | chunk[1], chunk[1] | chunk[2])
     assert all("scoring worker died" in results[i][3] for i in died)
     assert all(r[0] == "scored" and r[1] == 1.0 for i, r in enumerate(results) if i not in died)
-    assert [r[0] for r in results[9:]] == ["scored"] * 3  # the replacement worker went on
+    assert {results[i][0] for i in chunk[3]} == {"scored"}  # the replacement worker went on
 
 
 def test_raising_and_spinning_samples_are_unscored_with_reasons(verifier) -> None:
@@ -122,3 +127,20 @@ def test_verifier_core_imports_without_inspect_or_prefect() -> None:
     from scorers.math import math_verifier
 
     assert callable(math_verifier)
+
+
+def test_deferred_samples_are_graded_after_the_rest(verifier) -> None:
+    rows = _rows(["42", "defer", "41", "defer"] * 6, target="defer")
+    results = _grade(verifier, rows)
+    import json
+
+    assert [r[0] for r in results] == ["scored"] * 24  # nothing lost, nothing stored deferred
+    assert [r[1] for r in results] == [0.0, 1.0, 0.0, 1.0] * 6
+    passes = [json.loads(r[5])["may_defer"] for r in results]
+    assert passes == [True, False, True, False] * 6  # deferred ones came back without the option
+
+
+def test_a_verifier_that_defers_when_it_may_not_leaves_the_sample_unscored(verifier) -> None:
+    results = _grade(verifier, _rows(["always defer", "42"]))
+    assert [(r[0], r[4]) for r in results] == [("unscored", "verifier_error"), ("scored", "cmp")]
+    assert "deferred" in results[0][3]

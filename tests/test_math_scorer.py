@@ -78,7 +78,7 @@ def test_concurrent_scoring_runs_at_most_pool_size_verifications(
     import scorers.math as math_module
     from scorers.bounded import shared_pool
 
-    real_verify = math_module.verify
+    real_verify = math_module._verify
     lock = threading.Lock()
     in_flight, peak = [0], [0]
 
@@ -93,7 +93,7 @@ def test_concurrent_scoring_runs_at_most_pool_size_verifications(
             with lock:
                 in_flight[0] -= 1
 
-    monkeypatch.setattr(math_module, "verify", tracked)
+    monkeypatch.setattr(math_module, "_verify", tracked)
     samples = [Sample(id=f"s{i}", input="expand", target="x^2+2x+1") for i in range(6)]
     outputs = [_output("ANSWER: (x+1)^2") for _ in samples]
     task = Task(dataset=samples, solver=generate(), scorer=math_verifier())
@@ -106,3 +106,26 @@ def test_concurrent_scoring_runs_at_most_pool_size_verifications(
     )
     assert [s.scores["math_verifier"].value for s in log.samples] == [1.0] * 6
     assert peak[0] == shared_pool(math_module._SYMBOLIC_MODULES).size
+
+
+def test_a_sample_that_needs_sympy_before_it_has_started_is_deferred_only_when_allowed() -> None:
+    # A fresh process: the symbolic pool has not booted. With may_defer (the scoring stage's
+    # first pass) a symbolic comparison is deferred at once and plain ones are graded; asked
+    # again without it, the verifier waits for sympy and grades.
+    import subprocess
+    import sys
+
+    code = """
+from scorers.grade import SampleView
+from scorers.math import grade_math
+ask = lambda text, target, defer: grade_math(SampleView(text, target, may_defer=defer))
+print(ask("ANSWER: \\\\sqrt{8}", "2\\\\sqrt{2}", True).status)
+print(ask("ANSWER: 1/2", "0.5", True).status)
+g = ask("ANSWER: \\\\sqrt{8}", "2\\\\sqrt{2}", False)
+print(g.status, g.value)
+"""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split("\n")[:3] == ["deferred", "scored", "scored 1.0"]
