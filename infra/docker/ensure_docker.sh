@@ -43,7 +43,8 @@ fi
 if ! pgrep -x dockerd >/dev/null 2>&1; then
     say "starting dockerd in the background (log: $LOG)"
     # containerd is bundled by docker.io; dockerd starts its own when none is running.
-    nohup dockerd >"$LOG" 2>&1 </dev/null &
+    # its own session: it outlives the shell (and process group) that started it
+    setsid nohup dockerd >"$LOG" 2>&1 </dev/null &
     disown || true
 fi
 
