@@ -44,7 +44,9 @@ __all__ = [
     "stream_grades",
     "score_runs",
     "scores_table",
+    "note_loaded",
     "scoring_pool",
+    "start_early",
     "verifiers_of_log",
 ]
 
@@ -237,6 +239,33 @@ def grade_batch(
 # was edited after this process imported it: its in-memory code is stale, so grading must go to
 # freshly spawned workers, which import the module as it is on disk now.
 _FIRST_DIGEST: dict[str, str] = {}
+
+
+def note_loaded(names: Iterable[str]) -> dict[str, str]:
+    """Record the fingerprints of verifiers as this process has just loaded them.
+
+    Call it right after importing them (a sweep does, before generating): if one is edited
+    later, the stage then grades it in fresh workers, never with this process's stale copy.
+
+    Returns:
+        name -> digest as loaded.
+    """
+    from scorers.fingerprint import fingerprint
+
+    loaded = {}
+    for name in names:
+        loaded[name] = fingerprint(get_verifier(name)).digest
+        _FIRST_DIGEST.setdefault(name, loaded[name])
+    return loaded
+
+
+def start_early(names: Sequence[str], opts: ScoreOptions) -> GradingPool:
+    """A scoring pool started now for these verifiers: workers import them and their helpers
+    (math: sympy) boot while the caller does something else (a sweep: generation)."""
+    pool = scoring_pool(opts)
+    chosen = [get_verifier(n) for n in names]
+    pool.start([v.module for v in chosen], [h for v in chosen for h in v.helpers])
+    return pool
 
 
 class Bulk:

@@ -17,7 +17,16 @@ from prefect import flow
 from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, generate_models
-from flows.score import RunScore, ScoreOptions, ingest_task, score_runs
+from flows.score import (
+    GradingPool,
+    RunScore,
+    ScoreOptions,
+    ingest_task,
+    note_loaded,
+    score_runs,
+    scoring_pool,
+    start_early,
+)
 from flows.task_specs import check_tasks
 
 __all__ = [
@@ -75,7 +84,37 @@ class SweepResult:
         return EXIT_OK
 
 
-def retry_pass(warehouse: str | Path, first: list[RunScore], opts: ScoreOptions) -> list[RunScore]:
+def _generate_and_score(
+    cfg: SweepConfig, workers: int | None, progress: bool
+) -> tuple[list[GenerationResult], dict[str, list[str]], list[RunScore]]:
+    """The embedded stages: generate, ingest, score (and the retry pass), in this process."""
+    names = sorted({n for t in cfg.tasks for n in t.verifiers})
+    loaded = note_loaded(names)
+    opts = ScoreOptions(workers=workers, progress=progress)
+    # The scoring workers start and the verifiers' helpers (math: sympy, ~2 s of CPU) boot
+    # while the models generate, so scoring starts warm.
+    pool = start_early(names, opts)
+    try:
+        generations = generate_models(cfg)
+        logs = [g.log for g in generations if g.log]
+        plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+        if current_fingerprints(names) != loaded:
+            # a verifier was edited during generation: what the early workers imported is stale
+            pool.close()
+            pool = scoring_pool(opts)
+        scores = score_runs(cfg.warehouse, plan, opts, pool)
+        scores += retry_pass(cfg.warehouse, scores, opts, pool)
+    finally:
+        pool.close()
+    return generations, plan, scores
+
+
+def retry_pass(
+    warehouse: str | Path,
+    first: list[RunScore],
+    opts: ScoreOptions,
+    pool: GradingPool | None = None,
+) -> list[RunScore]:
     """The score step's automatic retry: grade again, once, the samples the first pass left
     unscored for an infrastructure failure (the sandbox unreachable, a grading worker process
     that died), so a transient outage does not reach the gate as unscored samples.
@@ -99,7 +138,7 @@ def retry_pass(warehouse: str | Path, first: list[RunScore], opts: ScoreOptions)
     retry_plan: dict[str, list[str]] = {}
     for run_id, scorer in sorted(candidates):
         retry_plan.setdefault(run_id, []).append(scorer)
-    retried = score_runs(warehouse, retry_plan, opts, retry="infrastructure")
+    retried = score_runs(warehouse, retry_plan, opts, pool, retry="infrastructure")
     return [s for s in retried if s.written]
 
 
@@ -228,12 +267,7 @@ def sweep_flow(
 
         generations, plan, scores, dispatch = run_cluster_stages(cfg, progress=progress)
     else:
-        generations = generate_models(cfg)
-        logs = [g.log for g in generations if g.log]
-        plan, _ = ingest_task(str(cfg.warehouse), logs, None)
-        opts = ScoreOptions(workers=workers, progress=progress)
-        scores = score_runs(cfg.warehouse, plan, opts)
-        scores += retry_pass(cfg.warehouse, scores, opts)
+        generations, plan, scores = _generate_and_score(cfg, workers, progress)
     names = sorted({n for t in cfg.tasks for n in t.verifiers})
     fingerprints = current_fingerprints(names)
     run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]

@@ -85,3 +85,31 @@ def test_a_failed_gate_gives_exit_code_1(prefect_api, tmp_path, exact_check):
     assert result.rows[0].accuracy == pytest.approx(2 / 6)
     assert result.rows[0].gate == "fail"
     assert result.exit_code == EXIT_GATE_FAILED
+
+
+@pytest.mark.slow
+def test_a_verifier_edited_while_the_models_generate_grades_with_the_new_code(
+    prefect_api, tmp_path, exact_check
+):
+    # The sweep starts its scoring workers (which import the verifier) before generating. An
+    # edit during generation must still be what grades, under the new fingerprint.
+    module = tmp_path / f"{exact_check}.py"
+    answer = flows_kit.mock_outputs(set())
+
+    def edit_then_answer(*args):
+        if "OFFSET = 0" in module.read_text():
+            module.write_text(module.read_text().replace("OFFSET = 0", "OFFSET = 1"))
+        return answer(*args)
+
+    cfg = _config(tmp_path, exact_check, wrong=set())
+    cfg.models[0].args["custom_outputs"] = edit_then_answer
+    result = sweep_flow(cfg, workers=2, progress=False)
+
+    (row,) = result.rows
+    assert (row.samples, row.scored) == (12, 12)
+    assert row.accuracy == 0.0  # every right answer is now off by one: the edited code graded
+    from flows.gate import current_fingerprints
+
+    with Warehouse(cfg.warehouse).read() as con:
+        stored = {r[0] for r in con.execute("SELECT DISTINCT fingerprint FROM scores").fetchall()}
+    assert stored == {current_fingerprints([exact_check])[exact_check]}
