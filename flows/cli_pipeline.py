@@ -258,7 +258,7 @@ def rescore(
 
 
 def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
-    """List verifiers: name, current fingerprint, label, first seen, scored rows."""
+    """List verifiers: name, current fingerprint, label, first seen, samples graded."""
     from scorers.fingerprint import fingerprint
     from scorers.registry import all_verifiers
     from warehouse import Warehouse
@@ -268,15 +268,18 @@ def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
         with Warehouse(db).read() as con:
             for name, digest, first, n in con.execute(
                 "SELECT f.scorer, f.fingerprint, f.first_seen, "
-                "(SELECT count(*) FROM scores s WHERE s.scorer = f.scorer "
-                " AND s.fingerprint = f.fingerprint) FROM fingerprint_order f"
+                # per sample, by its latest attempt: an outage's unscored attempts are not
+                # grades, and a retried sample counts once
+                "(SELECT count(*) FROM current_scores s WHERE s.scorer = f.scorer "
+                " AND s.fingerprint = f.fingerprint AND s.status = 'scored') "
+                "FROM fingerprint_order f"
             ).fetchall():
                 seen[(name, digest)] = (first, n)
     table = Table(title="verifiers", title_justify="left")
     table.add_column("name", no_wrap=True)
     table.add_column("fingerprint", no_wrap=True, min_width=12)
     table.add_column("label", overflow="fold", ratio=1)
-    for col in ("first seen", "scored rows", "current"):
+    for col in ("first seen", "graded", "current"):
         table.add_column(col)
     for name, v in sorted(all_verifiers().items()):
         digest = fingerprint(v).digest

@@ -205,6 +205,10 @@ def test_score_retry_unscored_grades_a_docker_outage_from_the_saved_log(
     ]
     metrics = _q(db, "SELECT n_samples, n_scored, n_unscored, accuracy FROM run_metrics")
     assert metrics == [(3, 3, 0, pytest.approx(1 / 3))]
+    # `gradebook verifiers` counts samples graded, not rows: 3, not the 5 rows of history
+    listing = runner.invoke(app, ["verifiers", "--db", db]).output
+    (line,) = [ln for ln in listing.splitlines() if ln.strip("│ ").startswith("unit_tests")]
+    assert [c.strip() for c in line.split("│")][-3] == "3"
 
     # a second retry finds nothing to retry and writes nothing
     assert runner.invoke(app, [*score, "--retry-unscored"]).exit_code == 0
