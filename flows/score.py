@@ -390,7 +390,8 @@ def score_runs(
                 rows = wh.samples_to_score(
                     name, fp.digest, run_ids=run_ids, retry=retry
                 ).to_pylist()
-                bar = progress.add_task(f"score {name}", total=len(rows)) if progress else None
+                label = f"score {name}" + (" (+ retries)" if retry else "")
+                bar = progress.add_task(label, total=len(rows)) if progress else None
                 in_process = _FIRST_DIGEST.setdefault(name, fp.digest) == fp.digest
                 writer = _BatchWriter(
                     str(warehouse_path), name, fp.digest, opts.chunk_size * BATCH_CHUNKS,
