@@ -14,9 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from inspect_ai.scorer import Score, Scorer, Target, accuracy, scorer, stderr
-from inspect_ai.solver import TaskState
-
 from scorers.grade import Grade, SampleView, scored, unscored
 from scorers.registry import Verifier, register
 from scorers.sandbox import SandboxUnavailable, default_pool
@@ -153,26 +150,6 @@ def grade_unit_tests(sample: SampleView) -> Grade:
     return scored(0.0, answer=code, explanation=verdict.detail, reason=reason, **meta)
 
 
-@scorer(metrics=[accuracy(), stderr()])
-def unit_test_scorer() -> Scorer:
-    """Inspect scorer: reads only the completion, the target and sample metadata, so a saved
-    log can be re-scored later with no generation-time sandbox."""
-
-    async def score(state: TaskState, target: Target) -> Score:
-        import anyio
-
-        view = SampleView(
-            completion=state.output.completion,
-            target=list(target.target),
-            metadata=dict(state.metadata or {}),
-            sample_id=state.sample_id,
-        )
-        grade = await anyio.to_thread.run_sync(grade_unit_tests, view)
-        return grade.to_score()
-
-    return score
-
-
 def _image_param() -> str:
     try:
         return image_tag()
@@ -189,3 +166,13 @@ register(
         label="unit tests in the Docker sandbox (harness/submission split by uid)",
     )
 )
+
+
+def __getattr__(name: str) -> Any:
+    # The Inspect @scorer wrapper lives in its own module: importing the verifier core (as the
+    # scoring stage's workers do) must not cost Inspect's second of imports.
+    if name == "unit_test_scorer":
+        from scorers.code_scorer import unit_test_scorer
+
+        return unit_test_scorer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

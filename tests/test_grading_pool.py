@@ -114,19 +114,20 @@ def test_generation_errors_never_reach_the_verifier(verifier) -> None:
     assert results[1][:2] == ("scored", 1.0)
 
 
-def test_verifier_core_imports_without_inspect_or_prefect() -> None:
+def test_verifier_cores_import_without_inspect_or_prefect() -> None:
     code = (
-        "import sys; import flows.grading_pool, scorers.math; "
+        "import sys; import flows.grading_pool, scorers.math, scorers.code; "
         "print(sorted(m for m in ('inspect_ai', 'prefect', 'sympy', 'anyio') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
-    # and the Inspect scorer is still where callers import it from
+    # and the Inspect scorers are still where callers import them from
+    from scorers.code import unit_test_scorer
     from scorers.math import math_verifier
 
-    assert callable(math_verifier)
+    assert callable(math_verifier) and callable(unit_test_scorer)
 
 
 def test_deferred_samples_are_graded_after_the_rest(verifier) -> None:
