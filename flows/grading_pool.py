@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from scorers.grade import Grade, SampleView, unscored
-from scorers.zygote import ZygoteBroker
+from scorers.zygote import ZygoteBroker, reap_later
 
 __all__ = ["GradingPool", "SampleRow", "ResultRow", "grade_chunk", "grade_one"]
 
@@ -236,14 +236,7 @@ class _Worker:
             self.proc.kill()
         # Reaped in the background: a worker still booting its verifier's helpers (sympy)
         # finishes that and exits on its own; the stage need not wait for it.
-        threading.Thread(target=self._reap, daemon=True, name="grading-worker-reap").start()
-
-    def _reap(self) -> None:
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        reap_later(self.proc, grace_s=30)
 
 
 class GradingPool:

@@ -250,12 +250,11 @@ def note_loaded(names: Iterable[str]) -> dict[str, str]:
     Returns:
         name -> digest as loaded.
     """
-    from scorers.fingerprint import fingerprint
+    from flows.gate import current_fingerprints
 
-    loaded = {}
-    for name in names:
-        loaded[name] = fingerprint(get_verifier(name)).digest
-        _FIRST_DIGEST.setdefault(name, loaded[name])
+    loaded = current_fingerprints(list(names))
+    for name, digest in loaded.items():
+        _FIRST_DIGEST.setdefault(name, digest)
     return loaded
 
 

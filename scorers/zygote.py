@@ -39,6 +39,7 @@ __all__ = [
     "ZygoteBroker",
     "ZygoteFailed",
     "broker_zygote",
+    "reap_later",
     "use_broker",
 ]
 
@@ -151,14 +152,21 @@ class Zygote:
     def close(self) -> None:
         """Closing its channel makes the zygote exit, and its workers die with it."""
         self._chan.close()
-        threading.Thread(target=self._reap, daemon=True, name="zygote-reap").start()
+        reap_later(self.proc, grace_s=5)
 
-    def _reap(self) -> None:
+
+def reap_later(proc: subprocess.Popen, grace_s: float) -> None:
+    """Wait for `proc` in a background thread, killing it after `grace_s`: a child told to
+    exit (its channel closed) is never left a zombie, and the caller never waits for it."""
+
+    def reap() -> None:
         try:
-            self.proc.wait(timeout=5)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            proc.kill()
+            proc.wait()
+
+    threading.Thread(target=reap, daemon=True, name=f"reap-{proc.pid}").start()
 
 
 class RemoteZygote:
