@@ -13,6 +13,21 @@ from scorers.math import math_verifier
 from tasks.math import bundled_samples, math_verified, scripted_completions
 
 
+def _scored_eval(
+    samples: list[Sample], outputs: list[ModelOutput], log_dir: Path, max_samples: int
+):
+    """A real eval() of `samples` answered by `outputs`, scored by math_verifier()."""
+    task = Task(dataset=samples, solver=generate(), scorer=math_verifier())
+    [log] = eval(
+        task,
+        model=get_model("mockllm/model", custom_outputs=outputs),
+        log_dir=str(log_dir),
+        display="none",
+        max_samples=max_samples,
+    )
+    return log
+
+
 def _output(text: str) -> ModelOutput:
     out = ModelOutput.from_content(model="mockllm/model", content=text)
     out.usage = ModelUsage(input_tokens=10, output_tokens=10, total_tokens=20)
@@ -32,14 +47,7 @@ def test_eval_yields_the_explanation_kinds(tmp_path: Path) -> None:
         _output("I am not sure."),
         _output("ANSWER: 1"),
     ]
-    task = Task(dataset=samples, solver=generate(), scorer=math_verifier())
-    [log] = eval(
-        task,
-        model=get_model("mockllm/model", custom_outputs=outputs),
-        log_dir=str(tmp_path),
-        display="none",
-        max_samples=1,
-    )
+    log = _scored_eval(samples, outputs, tmp_path, max_samples=1)
     assert log.status == "success"
     scores = {s.id: s.scores["math_verifier"] for s in log.samples}
     assert scores["right"].explanation == "verified equal" and scores["right"].value == 1.0
@@ -96,14 +104,7 @@ def test_concurrent_scoring_runs_at_most_pool_size_verifications(
     monkeypatch.setattr(math_module, "_verify", tracked)
     samples = [Sample(id=f"s{i}", input="expand", target="x^2+2x+1") for i in range(6)]
     outputs = [_output("ANSWER: (x+1)^2") for _ in samples]
-    task = Task(dataset=samples, solver=generate(), scorer=math_verifier())
-    [log] = eval(
-        task,
-        model=get_model("mockllm/model", custom_outputs=outputs),
-        log_dir=str(tmp_path),
-        display="none",
-        max_samples=6,
-    )
+    log = _scored_eval(samples, outputs, tmp_path, max_samples=6)
     assert [s.scores["math_verifier"].value for s in log.samples] == [1.0] * 6
     assert peak[0] == shared_pool(math_module._SYMBOLIC_MODULES).size
 
