@@ -30,7 +30,7 @@ from prefect.cache_policies import NONE as NO_CACHE
 from flows.console import progress_bar
 from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
 from scorers.registry import Verifier, get_verifier
-from warehouse.schema import RetryScope
+from warehouse.schema import RetryScope, table_rows
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -120,22 +120,27 @@ def scores_table(
     """
     from warehouse import SCORE_SCHEMA
 
-    now = datetime.now(UTC)
+    n = len(keys)
     cols = list(zip(*results, strict=True)) if results else [()] * 7
+
+    def same(value: Any, name: str) -> pa.Array:
+        # one scalar repeated: a list of 4,000 tz-aware datetimes costs Arrow ~50 ms to convert
+        return pa.repeat(pa.scalar(value, SCORE_SCHEMA.field(name).type), n)
+
     return pa.Table.from_pydict(
         {
             "run_id": [k["run_id"] for k in keys],
             "sample_id": [k["sample_id"] for k in keys],
             "epoch": [k["epoch"] for k in keys],
-            "scorer": [scorer] * len(keys),
-            "fingerprint": [digest] * len(keys),
+            "scorer": same(scorer, "scorer"),
+            "fingerprint": same(digest, "fingerprint"),
             "status": list(cols[0]),
             "value": list(cols[1]),
             "answer": list(cols[2]),
             "explanation": list(cols[3]),
             "reason": list(cols[4]),
             "metadata": list(cols[5]),
-            "scored_at": [now] * len(keys),
+            "scored_at": same(datetime.now(UTC), "scored_at"),
             "duration_s": list(cols[6]),
             "attempt": [k.get("attempt") or 1 for k in keys],
         },
@@ -297,7 +302,7 @@ def write_batch(
     table = scores_table(keys.value, results.value, scorer, digest)
     written = Warehouse(warehouse_path).write_scores(table)
     # the summary counts what was written; a duplicate written by a concurrent stage is not ours
-    out = table.select(["run_id", "status", "value", "reason", "attempt"]).to_pylist()
+    out = table_rows(table.select(["run_id", "status", "value", "reason", "attempt"]))
     return Bulk(out if written == table.num_rows else out[:written])
 
 
@@ -386,9 +391,9 @@ def score_runs(
                 wh.register_verifier(fp)
                 for run_id in run_ids:
                     summaries[(run_id, name)] = RunScore(run_id, name, fp.digest)
-                rows = wh.samples_to_score(
-                    name, fp.digest, run_ids=run_ids, retry=retry
-                ).to_pylist()
+                rows = table_rows(
+                    wh.samples_to_score(name, fp.digest, run_ids=run_ids, retry=retry)
+                )
                 label = f"score {name}" + (" (+ retries)" if retry else "")
                 bar = progress.add_task(label, total=len(rows)) if progress else None
                 in_process = _FIRST_DIGEST.setdefault(name, fp.digest) == fp.digest
