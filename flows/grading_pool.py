@@ -206,6 +206,49 @@ def _quietly(fn: Callable[[], object]) -> None:
         pass
 
 
+class _Jobs:
+    """The work of one `GradingPool.map`: the caller's chunks (jobs 0..n-1), then, per chunk
+    that deferred rows, one more job of just those rows (graded without deferral)."""
+
+    def __init__(
+        self,
+        chunks: Sequence[Sequence[SampleRow]],
+        may_defer: bool,
+        done: Callable[[int, list[ResultRow]], None],
+    ) -> None:
+        self.chunks = chunks
+        self.defer = may_defer
+        self.done = done
+        self.todo = list(range(len(chunks)))[::-1]  # popped from the end
+        # extra job -> (its chunk, positions in the chunk, the chunk's results so far)
+        self.extra: dict[int, tuple[int, list[int], list[ResultRow]]] = {}
+        self.next_id = len(chunks)
+
+    def rows(self, job: int) -> list[SampleRow]:
+        if job < len(self.chunks):
+            return list(self.chunks[job])
+        chunk, positions, _ = self.extra[job]
+        return [self.chunks[chunk][i] for i in positions]
+
+    def may_defer(self, job: int) -> bool:
+        return self.defer and job < len(self.chunks)
+
+    def finish(self, job: int, results: list[ResultRow]) -> None:
+        if job >= len(self.chunks):
+            chunk, positions, merged = self.extra.pop(job)
+            for i, result in zip(positions, results, strict=True):
+                merged[i] = result
+            self.done(chunk, merged)
+            return
+        deferred = [i for i, r in enumerate(results) if r[0] == "deferred"]
+        if not deferred:
+            self.done(job, results)
+            return
+        self.extra[self.next_id] = (job, deferred, list(results))
+        self.todo.append(self.next_id)  # the front of the queue
+        self.next_id += 1
+
+
 # -- parent side -----------------------------------------------------------------------------
 
 
@@ -281,8 +324,12 @@ class GradingPool:
     ) -> None:
         """Grade every chunk; call `done(index, results)` as each finishes (in any order).
 
-        `may_defer`: the verifier may defer samples (see `SampleView.may_defer`); the caller
-        grades those again.
+        `may_defer`: the verifier may defer samples (see `SampleView.may_defer`: math defers
+        what needs sympy while its zygote still boots). The rows a chunk deferred go back to
+        the front of the queue as a job of their own, graded without deferral, and `done` gets
+        the chunk once they are in: it never sees a "deferred" result. Re-queued at the front,
+        not at the end: deferred rows are the expensive ones, and a stage that kept them for
+        last would end with one worker grinding through them while the others idle.
 
         `done` runs in this thread while the workers go on with the chunks they hold, so it
         may do slow things (write a batch) without stalling them.
@@ -292,11 +339,10 @@ class GradingPool:
         """
         module = getattr(grade, "__module__", None)
         self.start([module] if module else [])
-        todo = list(range(len(chunks)))[::-1]
+        jobs = _Jobs(chunks, may_defer, done)
         try:
-            job_args = (grade, chunks, timeout_s, may_defer, todo, done)
             for w in list(self._procs):
-                self._fill(w, *job_args)
+                self._fill(w, grade, timeout_s, jobs)
             while busy := {w.conn: w for w in self._procs if w.jobs}:
                 for conn in wait(list(busy)):
                     w = busy[conn]  # type: ignore[index]
@@ -306,45 +352,39 @@ class GradingPool:
                         why = f"scoring worker died (exit code {w.proc.poll()}): {exc or 'EOF'}"
                         lost, w.jobs = w.jobs, []
                         for job in lost:
-                            done(job, failed_rows(len(chunks[job]), why))
+                            jobs.finish(job, failed_rows(len(jobs.rows(job)), why))
                         w = self._replace(w)
                     else:
                         job = msg[0]
                         w.jobs.remove(job)
                         if msg[1] == "ok":
-                            done(job, msg[2])
+                            jobs.finish(job, msg[2])
                         else:
                             why = f"scoring worker failed: {msg[2]}"
                             meta = json.dumps({"traceback": msg[3]})
                             row = ("unscored", None, None, why[:300], "verifier_error", meta, 0.0)
-                            done(job, [row] * len(chunks[job]))
-                    self._fill(w, *job_args)
+                            jobs.finish(job, [row] * len(jobs.rows(job)))
+                    self._fill(w, grade, timeout_s, jobs)
         except BaseException:
             # interrupted mid-map: the workers' state is unknown; start over next time
             self.close(kill=True)
             raise
 
     def _fill(
-        self,
-        w: _Worker,
-        grade: Callable[[SampleView], Grade],
-        chunks: Sequence[Sequence[SampleRow]],
-        timeout_s: float,
-        may_defer: bool,
-        todo: list[int],
-        done: Callable[[int, list[ResultRow]], None],
+        self, w: _Worker, grade: Callable[[SampleView], Grade], timeout_s: float, jobs: _Jobs
     ) -> None:
-        while todo and len(w.jobs) < self.depth:
-            job = todo.pop()
+        while jobs.todo and len(w.jobs) < self.depth:
+            job = jobs.todo.pop()
+            rows, may_defer = jobs.rows(job), jobs.may_defer(job)
             try:
-                payload = pickle.dumps((grade, list(chunks[job]), timeout_s, may_defer), protocol=5)
+                payload = pickle.dumps((grade, rows, timeout_s, may_defer), protocol=5)
             except Exception as exc:  # a verifier that cannot be pickled cannot go to a worker
-                done(job, failed_rows(len(chunks[job]), f"scoring worker failed: {exc}", exc))
+                jobs.finish(job, failed_rows(len(rows), f"scoring worker failed: {exc}", exc))
                 continue
             try:
                 w.conn.send((job, payload))
             except OSError:
-                todo.append(job)
+                jobs.todo.append(job)
                 if w.jobs:  # it died mid-job: that surfaces, and is handled, on its next read
                     return
                 w = self._replace(w)  # it died while idle

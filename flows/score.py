@@ -186,27 +186,17 @@ def stream_grades(
             )
             emit(chunk, graded)
         return
-    # First pass: a verifier may defer what would wait on a helper still starting (math: its
-    # sympy zygote, ~2 s), so the workers grade everything else meanwhile; second pass: the
-    # deferred samples, which the verifier must now grade.
-    later: list[dict[str, Any]] = []
-
-    def first_pass(job: int, graded: list[ResultRow]) -> None:
-        now = [(r, g) for r, g in zip(chunks[job], graded, strict=True) if g[0] != "deferred"]
-        later.extend(r for r, g in zip(chunks[job], graded, strict=True) if g[0] == "deferred")
-        if now:
-            emit([r for r, _ in now], [g for _, g in now])
-
+    # A verifier may defer what would wait on a helper still starting (math: its sympy
+    # zygote), so the workers grade everything else meanwhile; the pool grades the deferred
+    # rows again soon after, without deferral.
     grade_rows = [[_sample_row(r) for r in chunk] for chunk in chunks]
-    pool.map(verifier.grade, grade_rows, opts.sample_timeout_s, first_pass, may_defer=True)
-    if later:
-        again = _strided_chunks(later, opts.chunk_size)
-        pool.map(
-            verifier.grade,
-            [[_sample_row(r) for r in chunk] for chunk in again],
-            opts.sample_timeout_s,
-            lambda job, graded: emit(again[job], graded),
-        )
+    pool.map(
+        verifier.grade,
+        grade_rows,
+        opts.sample_timeout_s,
+        lambda job, graded: emit(chunks[job], graded),
+        may_defer=True,
+    )
 
 
 def _strided_chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:

@@ -30,6 +30,10 @@ def grade(view):
             pass
     if view.completion == "raise":
         raise ValueError("bad sample")
+    if view.completion == "defer-die":  # deferred, then the worker dies grading it
+        if not view.may_defer:
+            os._exit(3)
+        return deferred("helper still starting")
     if view.completion == "defer" and view.may_defer or view.completion == "always defer":
         return deferred("helper still starting")
     loaded = sorted(m for m in HEAVY if m in sys.modules)
@@ -130,7 +134,7 @@ def test_verifier_cores_import_without_inspect_or_prefect() -> None:
     assert callable(math_verifier) and callable(unit_test_scorer)
 
 
-def test_deferred_samples_are_graded_after_the_rest(verifier) -> None:
+def test_deferred_samples_are_graded_again_without_the_option(verifier) -> None:
     rows = _rows(["42", "defer", "41", "defer"] * 6, target="defer")
     results = _grade(verifier, rows)
     import json
@@ -139,6 +143,40 @@ def test_deferred_samples_are_graded_after_the_rest(verifier) -> None:
     assert [r[1] for r in results] == [0.0, 1.0, 0.0, 1.0] * 6
     passes = [json.loads(r[5])["may_defer"] for r in results]
     assert passes == [True, False, True, False] * 6  # deferred ones came back without the option
+
+
+def _map(verifier: Verifier, chunks: list[list[str]], workers: int, depth: int) -> list:
+    """GradingPool.map over chunks of completions; the (job, statuses) of each `done` call."""
+    from flows.score import _sample_row
+
+    calls: list = []
+    pool = GradingPool(workers, depth=depth)
+    try:
+        grade_rows = [[_sample_row(r) for r in _rows(c, target="defer")] for c in chunks]
+        pool.map(
+            verifier.grade,
+            grade_rows,
+            30.0,
+            lambda job, res: calls.append((job, [r[0] for r in res])),
+            may_defer=True,
+        )
+    finally:
+        pool.close()
+    return calls
+
+
+def test_a_chunk_that_deferred_rows_is_delivered_once_and_before_the_queued_chunks(
+    verifier,
+) -> None:
+    # one worker taking one chunk at a time: chunk 0's deferred rows are graded next, so the
+    # stage does not end with the expensive deferred samples piled up at the back
+    calls = _map(verifier, [["defer", "42"], ["42", "41"], ["defer"], ["41"]], 1, 1)
+    assert calls == [(0, ["scored"] * 2), (1, ["scored"] * 2), (2, ["scored"]), (3, ["scored"])]
+
+
+def test_a_worker_dying_on_deferred_rows_leaves_just_those_unscored(verifier) -> None:
+    calls = _map(verifier, [["defer-die", "42"], ["42"]], 1, 1)
+    assert calls == [(0, ["unscored", "scored"]), (1, ["scored"])]
 
 
 def test_a_verifier_that_defers_when_it_may_not_leaves_the_sample_unscored(verifier) -> None:
