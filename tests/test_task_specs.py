@@ -225,7 +225,7 @@ def _bad_specs(tmp_path: Path) -> dict[str, tuple[str, str]]:
     }
 
 
-@pytest.mark.parametrize("command", ["sweep", "generate"])
+@pytest.mark.parametrize("command", ["sweep", "generate", "serve"])
 @pytest.mark.parametrize(
     "case", ["missing @task name", "import error", "unknown registered name", "unknown task arg"]
 )
