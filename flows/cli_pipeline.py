@@ -301,7 +301,9 @@ def serve(
     """Run sweeps on their cron schedules and re-score when a verifier changes; Ctrl-C stops."""
     from flows.serve import serve_configs
 
-    cfgs = [_load(c) for c in configs]
+    # every config and its tasks before the server starts: a bad spec would otherwise fail
+    # only at its scheduled run, hours later, with nothing said at registration
+    cfgs = [_load(c, tasks=True) for c in configs]
     quiet_prefect(verbose)
     try:
         serve_configs(cfgs, watch_every=watch_every)

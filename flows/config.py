@@ -343,24 +343,53 @@ def _resolve_cluster(cluster: ClusterConfig | None, base: Path) -> ClusterConfig
     return cluster.model_copy(update={"staging_dir": _resolve(cluster.staging_dir, base)})
 
 
+def _find(relative: Path, base: Path, *, dirs: bool = False) -> Path | None:
+    """The file (or, with `dirs`, directory) next to the config, else in the current directory.
+
+    The config's directory comes first so a config can be run from anywhere; the current
+    directory second so a path written for the directory one runs from still works.
+    """
+    for root in (base, Path.cwd()):
+        path = root / relative
+        if path.is_file() or (dirs and path.is_dir()):
+            return path.resolve()
+    return None
+
+
 def _resolve_task(task: TaskConfig, base: Path, source: Path, index: int) -> TaskConfig:
-    # A file spec is resolved against the config's directory first, so a config can be run
-    # from anywhere; a registered task name (no ".py") is left for Inspect to look up.
+    # A registered task name (no ".py") is left for Inspect to look up.
+    args = _resolve_args(task.args, base)
     file, sep, name = task.task.partition("@")
     if not file.endswith(".py"):
-        return task
+        return task.model_copy(update={"args": args})
     candidate = Path(file)
     if not candidate.is_absolute():
-        for root in (base, Path.cwd()):
-            if (root / candidate).is_file():
-                candidate = (root / candidate).resolve()
-                break
+        candidate = _find(candidate, base) or candidate
     if not candidate.is_file():
         raise ConfigError(
             f"{source}: tasks[{index}].task: file {file!r} not found (looked next to the config and in the "
             "current directory); give a path to a .py file with an @task, or a task name"
         )
-    return task.model_copy(update={"task": f"{candidate}{sep}{name}"})
+    return task.model_copy(update={"task": f"{candidate}{sep}{name}", "args": args})
+
+
+def _resolve_args(value: Any, base: Path) -> Any:
+    """Task args with each relative path made absolute the way a task file's path is.
+
+    Without this a relative data path meant the current directory for a task name but the task
+    file's directory for a file spec (the file loads there). Only a string that looks like a
+    path (a "/" or an extension) and names an existing file or directory is changed: a word
+    ("train"), a dataset id ("openai/gsm8k") or a URL reaches the task as written.
+    """
+    if isinstance(value, dict):
+        return {k: _resolve_args(v, base) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve_args(v, base) for v in value]
+    if not isinstance(value, str) or not ("/" in value or Path(value).suffix):
+        return value
+    path = Path(value)
+    found = None if path.is_absolute() else _find(path, base, dirs=True)
+    return str(found) if found else value
 
 
 def _call_args_factory(spec: str) -> dict[str, Any]:

@@ -9,7 +9,8 @@ looks the class's module up in `sys.modules` to read its string annotations
 ("AttributeError: 'NoneType' object has no attribute '__dict__'"). Here the file is imported
 the way importlib documents, registered before it runs, with the file's directory as the
 working directory and on `sys.path` while it loads (what Inspect does too, so sibling imports
-and relative data paths behave the same).
+and relative data paths in the file's code behave the same). Relative paths in a config's task
+args are not left to this: `flows.config` resolves them next to the config.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def load_task(spec: str, args: Mapping[str, Any] | None = None) -> Task:
     Args:
         spec: a bundled task name, "package/task", or "file.py@task" ("file.py" alone when the
             file defines exactly one task). A relative file is taken from the current directory;
-            `load_config` has already made the config's file specs absolute.
+            `load_config` has already made the config's file specs, and the relative paths in
+            its task args, absolute.
         args: keyword arguments of the @task function.
 
     Raises:

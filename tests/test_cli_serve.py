@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,3 +57,27 @@ def test_serve_registers_deployments_and_exits_cleanly_on_ctrl_c(prefect_api, tm
     assert proc.returncode == 0, out
     assert "gradebook serve: stopped" in out
     assert "Traceback" not in out
+
+
+def test_serve_checks_every_configs_tasks_before_it_touches_prefect(tmp_path, monkeypatch):
+    # Nothing answers here: had serve reached Prefect, the error would be about this URL.
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    good = tmp_path / "good.toml"
+    good.write_text(
+        'name = "good"\nschedule = "0 3 * * *"\n[[models]]\nmodel = "mockllm/model"\n'
+        '[[tasks]]\ntask = "math_verified"\nverifiers = ["math"]\n'
+    )
+    bad = tmp_path / "bad.toml"
+    spec = f"{ROOT / 'tasks' / 'math.py'}@math_verifed"
+    bad.write_text(
+        'name = "bad"\nschedule = "0 4 * * *"\n[[models]]\nmodel = "mockllm/model"\n'
+        '[[tasks]]\ntask = "math_verified"\nverifiers = ["math"]\n'
+        f'[[tasks]]\ntask = "{spec}"\nverifiers = ["math"]\n'
+    )
+    result = CliRunner().invoke(app, ["serve", str(good), str(bad)])
+
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {bad}: tasks[1] ({spec}): ")
+    assert "math.py has no @task named 'math_verifed'" in line
+    assert "PREFECT_API_URL" not in line

@@ -68,6 +68,50 @@ def test_good_config_loads_and_resolves_paths_next_to_the_file(tmp_path, verifie
     assert [m.label for m, _ in cfg.pairs()] == ["ckpt-1", "mockllm/model"]
 
 
+ROOT = EXAMPLES.parent
+
+
+@pytest.mark.parametrize("spec", ["gsm8k_verified", f"{ROOT / 'tasks' / 'math.py'}@gsm8k_verified"])
+def test_relative_paths_in_task_args_resolve_like_task_files(tmp_path, monkeypatch, spec):
+    config_dir, run_dir = tmp_path / "sweeps", tmp_path / "elsewhere"
+    for root in (config_dir, run_dir):
+        (root / "data").mkdir(parents=True)
+        (root / "data" / "gsm.jsonl").write_text("{}\n")
+        (root / "train").mkdir()
+    (run_dir / "only_here.jsonl").write_text("{}\n")
+    monkeypatch.chdir(run_dir)
+    args = {
+        "path": "data/gsm.jsonl",  # next to the config and in the cwd: the config's wins
+        "cwd_file": "only_here.jsonl",  # only in the current directory
+        "missing": "data/absent.jsonl",
+        "word": "train",  # a directory of that name exists, but a word is not a path
+        "dot_dir": "./train",
+        "dataset_id": "openai/gsm8k",
+        "absolute": "/no/such/file.jsonl",
+        "url": "https://example.org/data/gsm.jsonl",
+        "number": 3,
+        "files": ["data/gsm.jsonl", "data/absent.jsonl"],
+        "nested": {"path": "data/gsm.jsonl"},
+    }
+    cfg = parse_config(
+        {
+            "name": "args",
+            "models": [{"model": "mockllm/model"}],
+            "tasks": [{"task": spec, "args": args, "verifiers": ["math"]}],
+        },
+        source=config_dir / "sweep.toml",
+    )
+    mine = str(config_dir / "data" / "gsm.jsonl")
+    assert cfg.tasks[0].args == {
+        **args,
+        "path": mine,
+        "cwd_file": str(run_dir / "only_here.jsonl"),
+        "dot_dir": str(config_dir / "train"),
+        "files": [mine, "data/absent.jsonl"],
+        "nested": {"path": mine},
+    }
+
+
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [

@@ -211,6 +211,91 @@ def test_cli_sweep_runs_a_user_task_file_with_a_dataclass(prefect_api, tmp_path,
     assert rows == [("1", 1.0, "4"), ("2", 1.0, "8"), ("3", 1.0, "12")]
 
 
+# A task file whose data file is an arg (USER_TASK's is written into its code).
+SUMS_FROM_TASK = textwrap.dedent(
+    """
+    import json
+
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.solver import generate
+
+
+    @task
+    def sums_from(path: str) -> Task:
+        rows = [json.loads(line) for line in open(path)]
+        return Task(
+            dataset=[
+                Sample(id=i, input=f"What is {r['a']} + {r['b']}?", target=str(r["a"] + r["b"]))
+                for i, r in enumerate(rows, start=1)
+            ],
+            solver=generate(),
+        )
+    """
+)
+
+
+def _write_data(directory: Path, first: int) -> None:
+    """data/sums.jsonl and a GSM8K-format data/gsm8k.jsonl whose sums start at `first`."""
+    (directory / "data").mkdir(parents=True)
+    pairs = [(first + i, first + i) for i in range(3)]
+    (directory / "data" / "sums.jsonl").write_text(
+        "".join(f'{{"a": {a}, "b": {b}}}\n' for a, b in pairs)
+    )
+    (directory / "data" / "gsm8k.jsonl").write_text(
+        "".join(
+            f'{{"question": "What is {a} + {b}?", "answer": "{a} plus {b}\\n#### {a + b}"}}\n'
+            for a, b in pairs
+        )
+    )
+
+
+@pytest.mark.slow
+def test_relative_data_paths_in_task_args_are_taken_next_to_the_config(
+    prefect_api, tmp_path, monkeypatch
+):
+    # The same relative arg, a file task and a bundled one, run from another directory: both
+    # read the data next to the config. Decoys sit where each used to look (the task file's
+    # directory and the current directory).
+    sweeps, tasks_dir, elsewhere = tmp_path / "sweeps", tmp_path / "tasks", tmp_path / "elsewhere"
+    _write_data(sweeps, first=1)
+    _write_data(tasks_dir, first=100)
+    _write_data(elsewhere, first=500)
+    (tasks_dir / "sums_from.py").write_text(SUMS_FROM_TASK)
+    (tmp_path / "sums_model.py").write_text(SUMS_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(elsewhere)
+    (sweeps / "sweep.toml").write_text(
+        'name = "paths"\nwarehouse = "gb.duckdb"\n'
+        '[[models]]\nmodel = "mockllm/model"\nargs_from = "sums_model:offline_args"\n'
+        '[[tasks]]\ntask = "../tasks/sums_from.py@sums_from"\n'
+        'args = {path = "data/sums.jsonl"}\nverifiers = ["math"]\n'
+        '[[tasks]]\ntask = "gsm8k_verified"\nargs = {path = "data/gsm8k.jsonl"}\n'
+        'verifiers = ["math"]\n'
+    )
+    result = runner.invoke(app, ["sweep", "../sweeps/sweep.toml"])
+
+    assert result.exit_code == 0, result.output
+    with Warehouse(sweeps / "gb.duckdb").read() as con:
+        rows = con.execute(
+            "SELECT r.task, json_extract_string(r.task_args, '$.path'), s.input, sc.value "
+            "FROM scores sc JOIN samples s USING (run_id, sample_id, epoch) "
+            "JOIN runs r USING (run_id) WHERE sc.scorer = 'math' ORDER BY r.task, s.sample_id"
+        ).fetchall()
+    expected = [(f"What is {a} + {a}?", 1.0) for a in (1, 2, 3)]
+    for task_name in ("gsm8k_verified", "sums_from"):
+        got = [
+            (prompt[prompt.index("What is") :], value)
+            for t, _, prompt, value in rows
+            if t == task_name
+        ]
+        assert got == expected, rows
+    assert {path for _, path, _, _ in rows} == {
+        str(sweeps / "data" / "gsm8k.jsonl"),
+        str(sweeps / "data" / "sums.jsonl"),
+    }
+
+
 # -- bad specs -------------------------------------------------------------------------------
 
 
@@ -225,7 +310,7 @@ def _bad_specs(tmp_path: Path) -> dict[str, tuple[str, str]]:
     }
 
 
-@pytest.mark.parametrize("command", ["sweep", "generate"])
+@pytest.mark.parametrize("command", ["sweep", "generate", "serve"])
 @pytest.mark.parametrize(
     "case", ["missing @task name", "import error", "unknown registered name", "unknown task arg"]
 )
