@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from flows.config import SweepConfig
@@ -35,7 +36,8 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
             sweep_flow.to_deployment(
                 name=cfg.name,
                 cron=cfg.schedule,
-                parameters={"config": str(cfg.source), "progress": False},
+                # absolute: a scheduled run must find the file whatever directory it runs in
+                parameters={"config": str(Path(cfg.source or ".").resolve()), "progress": False},
                 description=f"sweep {cfg.name} from {cfg.source}",
                 tags=["gradebook", "sweep"],
             )

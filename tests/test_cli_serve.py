@@ -29,9 +29,10 @@ def test_serve_registers_deployments_and_exits_cleanly_on_ctrl_c(prefect_api, tm
     )
     env = {**os.environ, "PREFECT_API_URL": prefect_api}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "serve", str(cfg), "--watch-every", "5"],
-        cwd=ROOT,
-        env=env,
+        # the config named relative to where serve runs: scheduled runs may run elsewhere
+        [sys.executable, "-m", "flows.cli", "serve", cfg.name, "--watch-every", "5"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -49,6 +50,7 @@ def test_serve_registers_deployments_and_exits_cleanly_on_ctrl_c(prefect_api, tm
                 time.sleep(1)
             assert {"nightly-test", "watch-gb"} <= names, proc.stdout and proc.stdout.read()
             assert sweep.schedules[0].schedule.cron == "0 3 * * *"
+            assert sweep.parameters["config"] == str(cfg.resolve())
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
