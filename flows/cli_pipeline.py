@@ -46,8 +46,13 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _run_flow(verbose: bool, fn: Callable[[], T]) -> T:
-    """Run `fn` (which calls flows) against a Prefect API; map known failures to exit 2."""
+def _run_flow(
+    verbose: bool, fn: Callable[[], T], meanwhile: Callable[[], object] | None = None
+) -> T:
+    """Run `fn` (which calls flows) against a Prefect API; map known failures to exit 2.
+
+    `meanwhile` runs while a local Prefect server boots (checks that would otherwise wait).
+    """
     from flows.config import ConfigError
     from flows.server import PrefectServerError
     from flows.session import PrefectUnavailable, prefect_session
@@ -55,7 +60,7 @@ def _run_flow(verbose: bool, fn: Callable[[], T]) -> T:
 
     quiet_prefect(verbose)
     try:
-        with prefect_session():
+        with prefect_session(meanwhile=meanwhile):
             return fn()
     except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseLocked) as exc:
         raise _fail(str(exc)) from None
@@ -66,15 +71,23 @@ def _run_flow(verbose: bool, fn: Callable[[], T]) -> T:
 def _load(config: Path, *, tasks: bool = False) -> Any:
     """Load a sweep config; with `tasks`, also load each task once (before Prefect starts)."""
     from flows.config import ConfigError, load_config
-    from flows.task_specs import check_tasks
 
     try:
         cfg = load_config(config)
         if tasks:
-            check_tasks(cfg)
+            _check_tasks(cfg)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
     return cfg
+
+
+def _check_tasks(cfg: Any) -> None:
+    # Loading every task (Inspect's imports, the task files) takes a second or two: a command
+    # that runs flows does it while its local Prefect server boots (`_run_flow(meanwhile=)`),
+    # still before any model call; a task that does not load is exit 2 with one line.
+    from flows.task_specs import check_tasks
+
+    check_tasks(cfg)
 
 
 def _pct(x: float | None) -> str:
@@ -136,8 +149,12 @@ def sweep(
     """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary."""
     from flows.sweep import sweep_flow
 
-    cfg = _load(config, tasks=True)
-    result = _run_flow(verbose, lambda: sweep_flow(cfg, workers=workers, gate=not no_gate))
+    cfg = _load(config)
+    result = _run_flow(
+        verbose,
+        lambda: sweep_flow(cfg, workers=workers, gate=not no_gate),
+        meanwhile=lambda: _check_tasks(cfg),
+    )
     console.print(summary_table(result))
     print_gate_problems(result)
     raise typer.Exit(result.exit_code)
@@ -150,8 +167,8 @@ def generate(
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
     from flows.generate import generate_flow
 
-    cfg = _load(config, tasks=True)
-    results = _run_flow(verbose, lambda: generate_flow(cfg))
+    cfg = _load(config)
+    results = _run_flow(verbose, lambda: generate_flow(cfg), meanwhile=lambda: _check_tasks(cfg))
     table = Table(title="generated logs", title_justify="left")
     for col in ("model", "task", "samples", "errored", "status", "log"):
         table.add_column(col)

@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -65,6 +65,7 @@ def local_server(
     port: int | None = None,
     ui: bool = True,
     startup_timeout: float = 90.0,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Iterator[str]:
     """Run `prefect server start` for the duration of the block; yield its API URL.
 
@@ -73,6 +74,8 @@ def local_server(
         port: the port; a free one if None.
         ui: serve the web UI too (off in tests: it saves start-up time).
         startup_timeout: seconds to wait for /api/health before giving up.
+        meanwhile: work to do while the server boots (seconds); if it raises, the server is
+            stopped and the exception propagates.
 
     Raises:
         PrefectServerError: the server exited or did not answer in time; the message holds the
@@ -100,6 +103,8 @@ def local_server(
                 args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         try:
+            if meanwhile is not None:
+                meanwhile()
             deadline = time.monotonic() + startup_timeout
             while not server_healthy(api_url, timeout=1.0):
                 if proc.poll() is not None:

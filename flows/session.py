@@ -10,7 +10,7 @@ terminal and cannot run schedules.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,12 @@ def in_process_settings() -> dict[str, Any]:
 
 
 @contextmanager
-def prefect_session(*, ui: bool = False) -> Iterator[str]:
+def prefect_session(
+    *, ui: bool = False, meanwhile: Callable[[], object] | None = None
+) -> Iterator[str]:
     """Yield the API URL flows in this block use, starting a local server if none is set.
+
+    `meanwhile` runs while a local server boots (a sweep loads its tasks then), else first.
 
     Raises:
         PrefectUnavailable: PREFECT_API_URL is set but nothing answers there.
@@ -56,6 +60,8 @@ def prefect_session(*, ui: bool = False) -> Iterator[str]:
 
     url = os.environ.get("PREFECT_API_URL")
     if url:
+        if meanwhile is not None:
+            meanwhile()
         if not server_healthy(url, timeout=5.0):
             raise PrefectUnavailable(
                 f"PREFECT_API_URL={url} does not answer: start that server "
@@ -65,7 +71,7 @@ def prefect_session(*, ui: bool = False) -> Iterator[str]:
             yield url
         return
 
-    with local_server(home=_home(), ui=ui) as api_url:
+    with local_server(home=_home(), ui=ui, meanwhile=meanwhile) as api_url:
         os.environ["PREFECT_API_URL"] = api_url
         try:
             with temporary_settings(updates={"api.url": api_url, **in_process_settings()}):
