@@ -14,6 +14,7 @@ import pytest
 from warehouse_logs import make_log, variant
 
 from warehouse import Warehouse, WarehouseLocked
+from warehouse.logs import LogReadError, file_digest
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +146,13 @@ def test_corrupt_and_missing_logs_are_reported_and_the_others_continue(base_log,
     assert "not an Inspect log" in errors[2]
     assert errors[3] is None and results[3].samples_added == 12
     assert rows(wh, "SELECT count(*) FROM runs") == [(1,)]
+
+
+def test_a_log_gone_before_it_is_hashed_is_a_one_line_error(tmp_path):
+    # ingest hashes after reading the header: a log removed in between is reported, not raised
+    gone = tmp_path / "gone.eval"
+    with pytest.raises(LogReadError, match=r"gone\.eval: unreadable file \(FileNotFoundError"):
+        file_digest(str(gone))
 
 
 def test_json_log_ingests_the_same_rows_as_eval(base_log, tmp_path):

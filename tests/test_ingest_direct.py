@@ -118,7 +118,7 @@ def _tables(wh: Warehouse) -> dict[str, list[tuple]]:
         return {
             name: con.sql(f"SELECT {columns} FROM wh.{name} ORDER BY ALL").fetchall()
             for name, columns in (
-                ("runs", "* EXCLUDE (first_ingested_at, ingested_at)"),
+                ("runs", "* EXCLUDE (first_ingested_at, ingested_at, log_seen_at)"),
                 ("samples", "* EXCLUDE (ingested_at)"),
                 ("messages", "*"),
             )

@@ -27,6 +27,7 @@ from inspect_ai.log import (
 )
 
 from warehouse import eval_archive
+from warehouse.log_stamps import NO_STAMP, LogStamp
 from warehouse.sample_rows import (
     SampleColumns,
     canonical_json,
@@ -54,13 +55,20 @@ def check_log_path(path: str) -> None:
 
 
 def file_digest(path: str) -> tuple[str, int]:
-    """sha256 and size of a log (local or any fsspec URL Inspect could read)."""
+    """sha256 and size of a log (local or any fsspec URL Inspect could read).
+
+    Raises:
+        LogReadError: the file could not be read (e.g. it was removed after its header was read).
+    """
     digest = hashlib.sha256()
     size = 0
-    with fsspec.open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
+    try:
+        with fsspec.open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+    except OSError as exc:
+        raise LogReadError(f"{path}: unreadable file ({_one_line(exc)})") from exc
     return digest.hexdigest(), size
 
 
@@ -115,7 +123,10 @@ class RunRow:
     values: dict[str, Any]
 
 
-def run_row(header: EvalLog, path: str, sha256: str, size: int) -> RunRow:
+def run_row(
+    header: EvalLog, path: str, sha256: str, size: int, stamp: LogStamp | None = None
+) -> RunRow:
+    """The `wh.runs` row of a log; `stamp` is the file's stat taken before `sha256` was."""
     spec = header.eval
     results = header.results
     return RunRow(
@@ -139,6 +150,7 @@ def run_row(header: EvalLog, path: str, sha256: str, size: int) -> RunRow:
             "log_size": size,
             "inspect_version": spec.packages.get("inspect_ai") if spec.packages else None,
             "eval_spec": spec.model_dump_json(exclude_none=True),
+            **(stamp.columns() if stamp is not None else NO_STAMP),
         },
     )
 
