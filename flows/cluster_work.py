@@ -109,7 +109,14 @@ def score_chunk(
     """
     import pyarrow.parquet as pq
 
-    from flows.score import SAMPLE_TIMEOUT_S, GradingPool, ScoreOptions, grade_batch, scores_table
+    from flows.score import (
+        SAMPLE_TIMEOUT_S,
+        GradingPool,
+        Samples,
+        ScoreOptions,
+        grade_batch,
+        scores_table,
+    )
     from scorers.fingerprint import fingerprint
     from scorers.registry import get_verifier
     from warehouse import stage_scores
@@ -123,7 +130,7 @@ def score_chunk(
             f"verifier {scorer!r} has fingerprint {here[:12]} on this worker but the sweep "
             f"planned with {digest[:12]}: deploy the same verifier code to every CPU host"
         )
-    rows = pq.read_table(str(chunk)).to_pylist()
+    samples = Samples(pq.read_table(str(chunk)))
     opts = ScoreOptions(
         workers=workers,
         sample_timeout_s=SAMPLE_TIMEOUT_S if sample_timeout_s is None else sample_timeout_s,
@@ -131,10 +138,10 @@ def score_chunk(
     )
     pool = GradingPool(max(1, workers or os.cpu_count() or 1))
     try:
-        results = grade_batch(pool, verifier, rows, opts, lambda n: None)
+        results = grade_batch(pool, verifier, samples, opts, lambda n: None)
     finally:
         pool.close()
-    table = scores_table(rows, results, scorer, digest)
+    table = scores_table(samples.table, results, scorer, digest)
     staged = stage_scores(table, Path(staging_dir))
     statuses = table.column("status").to_pylist()
     return {

@@ -16,26 +16,34 @@ errored gets a status "error" row without calling the verifier."""
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
 from flows.console import progress_bar
 from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
 from scorers.registry import Verifier, get_verifier
-from warehouse.schema import RetryScope, table_rows
+from warehouse.schema import RetryScope
+
+if TYPE_CHECKING:
+    from warehouse import Warehouse
 
 __all__ = [
     "DEFAULT_CHUNK",
     "GradingPool",
     "RunScore",
+    "Samples",
     "ScoreOptions",
     "grade_batch",
     "grade_chunk",
@@ -51,7 +59,12 @@ __all__ = [
 ]
 
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
-BATCH_CHUNKS = 16  # chunks per warehouse write (one Prefect task run, one transaction)
+# A warehouse write (one Prefect task run, one transaction: ~0.1 s of the stage's own CPU, which
+# the workers would otherwise have) happens about once a second, and at least every
+# BATCH_MAX_ROWS: a crash loses about a second of grading, which the next run redoes.
+BATCH_INTERVAL_S = 1.0
+BATCH_MIN_ROWS = 1_000
+BATCH_MAX_ROWS = 16_000
 SAMPLE_TIMEOUT_S = 60.0  # a verifier is bounded itself; this is the stage's backstop
 
 
@@ -90,15 +103,19 @@ class RunScore:
     reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, row: dict[str, Any]) -> None:
+        """Count one written row (a dict with status, value, reason and attempt)."""
+        self.count(row["status"], row["value"], row["reason"], row.get("attempt"))
+
+    def count(self, status: str, value: float | None, reason: str, attempt: int | None) -> None:
+        """Count one written row."""
         self.written += 1
-        self.retried += (row.get("attempt") or 1) > 1
-        status = row["status"]
+        self.retried += (attempt or 1) > 1
         if status == "scored":
             self.scored += 1
-            self.correct += row["value"] == 1.0
+            self.correct += value == 1.0
         elif status == "unscored":
             self.unscored += 1
-            self.reasons[row["reason"]] = self.reasons.get(row["reason"], 0) + 1
+            self.reasons[reason] = self.reasons.get(reason, 0) + 1
         else:
             self.error += 1
 
@@ -106,32 +123,40 @@ class RunScore:
 # -- parent side ---------------------------------------------------------------------------------
 
 
-def _error_row(row: dict[str, Any]) -> tuple[str, None, None, str, str, str, float]:
-    first_line = (row["error"] or "").strip().splitlines()[0:1] or ["generation failed"]
+def _error_row(error: str) -> ResultRow:
+    first_line = error.strip().splitlines()[0:1] or ["generation failed"]
     return ("error", None, None, first_line[0][:300], "generation_error", "{}", 0.0)
 
 
-def scores_table(
-    keys: list[dict[str, Any]], results: list[ResultRow], scorer: str, digest: str
-) -> pa.Table:
+_KEY_COLUMNS = ["run_id", "sample_id", "epoch", "attempt"]
+
+
+def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: str) -> pa.Table:
     """Score rows (SCORE_SCHEMA) from sample keys and their results, in the same order.
 
-    A key's `attempt` (from `samples_to_score`) is the attempt the row is written as; 1 if absent.
+    Args:
+        keys: run_id, sample_id, epoch and (optional) attempt columns, one row per result; a
+            missing or null attempt is written as 1 (`samples_to_score` gives the attempt a
+            grading must be written as).
+        results: what the verifier gave, per key.
+        scorer: the verifier's name.
+        digest: its fingerprint.
     """
     from warehouse import SCORE_SCHEMA
 
-    n = len(keys)
+    n = keys.num_rows
     cols = list(zip(*results, strict=True)) if results else [()] * 7
 
     def same(value: Any, name: str) -> pa.Array:
         # one scalar repeated: a list of 4,000 tz-aware datetimes costs Arrow ~50 ms to convert
         return pa.repeat(pa.scalar(value, SCORE_SCHEMA.field(name).type), n)
 
+    attempt = keys.column("attempt") if "attempt" in keys.column_names else None
     return pa.Table.from_pydict(
         {
-            "run_id": [k["run_id"] for k in keys],
-            "sample_id": [k["sample_id"] for k in keys],
-            "epoch": [k["epoch"] for k in keys],
+            "run_id": keys.column("run_id"),
+            "sample_id": keys.column("sample_id"),
+            "epoch": keys.column("epoch").cast(pa.int32()),
             "scorer": same(scorer, "scorer"),
             "fingerprint": same(digest, "fingerprint"),
             "status": list(cols[0]),
@@ -142,91 +167,123 @@ def scores_table(
             "metadata": list(cols[5]),
             "scored_at": same(datetime.now(UTC), "scored_at"),
             "duration_s": list(cols[6]),
-            "attempt": [k.get("attempt") or 1 for k in keys],
+            "attempt": same(1, "attempt")
+            if attempt is None
+            else pc.fill_null(attempt.cast(pa.int32()), 1),
         },
         schema=SCORE_SCHEMA,
     )
 
 
-def _sample_row(row: dict[str, Any]) -> SampleRow:
-    return (row["completion"], row["target"], row["metadata"], row["sample_id"])
+class Samples:
+    """Samples to grade: the `samples_to_score` columns, without a Python dict per row
+    (20,000 dicts cost the stage ~0.15 s before any worker had work)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        from warehouse import SAMPLES_TO_SCORE_SCHEMA
+
+        if "attempt" not in table.column_names:
+            table = table.append_column("attempt", pa.nulls(table.num_rows, pa.int32()))
+        self.table = table.select(SAMPLES_TO_SCORE_SCHEMA.names).cast(SAMPLES_TO_SCORE_SCHEMA)
+        # what a verifier may read of each sample (SampleRow), and its generation error
+        self.rows: list[SampleRow] = list(
+            zip(*(self.table.column(c).to_pylist() for c in _SAMPLE_COLUMNS), strict=True)
+        )
+        self.errors: list[str | None] = self.table.column("error").to_pylist()
+
+    @classmethod
+    def from_dicts(cls, rows: list[dict[str, Any]]) -> Samples:
+        """From dicts with the samples_to_score columns (attempt may be missing)."""
+        from warehouse import SAMPLES_TO_SCORE_SCHEMA
+
+        return cls(pa.Table.from_pylist(rows, schema=SAMPLES_TO_SCORE_SCHEMA))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def keys(self, indices: list[int]) -> pa.Table:
+        """The key columns (run_id, sample_id, epoch, attempt) of these samples, in order."""
+        return self.table.select(_KEY_COLUMNS).take(pa.array(indices, pa.int64()))
+
+
+_SAMPLE_COLUMNS = ("completion", "target", "metadata", "sample_id")
 
 
 def stream_grades(
     pool: GradingPool,
     verifier: Verifier,
-    rows: list[dict[str, Any]],
+    samples: Samples,
     opts: ScoreOptions,
-    emit: Callable[[list[dict[str, Any]], list[ResultRow]], None],
+    emit: Callable[[list[int], list[ResultRow]], None],
     *,
     in_process: bool = True,
 ) -> None:
-    """Grade rows (dicts of the samples_to_score columns), handing results over as they come.
+    """Grade samples, handing results over as they come.
 
     Args:
         pool: the worker processes (used when there is more than one chunk and one worker).
         verifier: what grades.
-        rows: the samples.
+        samples: what to grade.
         opts: chunk size and per-sample limit.
-        emit: called with (rows, their results) per finished chunk, in no particular order.
+        emit: called with (indices into `samples`, their results) per finished chunk, in no
+            particular order.
         in_process: False when this process's copy of the verifier is stale (its module was
             edited since it was imported): then every chunk goes to a fresh worker.
     """
-    failed = [r for r in rows if r["error"] is not None]
+    failed = [i for i, e in enumerate(samples.errors) if e is not None]
     if failed:
-        emit(failed, [_error_row(r) for r in failed])
-    todo = [r for r in rows if r["error"] is None]
+        emit(failed, [_error_row(samples.errors[i] or "") for i in failed])
+    todo = [i for i, e in enumerate(samples.errors) if e is None]
     chunks = _strided_chunks(todo, opts.chunk_size)
     # one chunk or one worker: a round trip to a worker costs more than it saves -- unless
     # this process holds stale verifier code
     if chunks and in_process and (pool.workers <= 1 or len(chunks) == 1):
         for chunk in chunks:
-            graded = grade_chunk(
-                verifier.grade, [_sample_row(r) for r in chunk], opts.sample_timeout_s
-            )
-            emit(chunk, graded)
+            rows = [samples.rows[i] for i in chunk]
+            emit(chunk, grade_chunk(verifier.grade, rows, opts.sample_timeout_s))
         return
     # A verifier may defer what would wait on a helper still starting (math: its sympy
     # zygote), so the workers grade everything else meanwhile; the pool grades the deferred
     # rows again soon after, without deferral.
-    grade_rows = [[_sample_row(r) for r in chunk] for chunk in chunks]
     pool.map(
         verifier.grade,
-        grade_rows,
+        [[samples.rows[i] for i in chunk] for chunk in chunks],
         opts.sample_timeout_s,
         lambda job, graded: emit(chunks[job], graded),
         may_defer=True,
     )
 
 
-def _strided_chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+def _strided_chunks(indices: list[int], size: int) -> list[list[int]]:
     # Strided, not contiguous: rows come sorted by sample id, so the epochs and near-identical
     # items of one expensive problem would otherwise land in the same few chunks, and the stage
     # would end with one worker grinding through them while the others idle.
-    n = -(-len(rows) // size)
-    return [rows[i::n] for i in range(n)]
+    n = -(-len(indices) // size)
+    return [indices[i::n] for i in range(n)]
 
 
 def grade_batch(
     pool: GradingPool,
     verifier: Verifier,
-    rows: list[dict[str, Any]],
+    samples: Samples | list[dict[str, Any]],
     opts: ScoreOptions,
     advance: Callable[[int], None] | None = None,
     *,
     in_process: bool = True,
 ) -> list[ResultRow]:
-    """`stream_grades`, collected: one result per row, in the order of `rows`."""
-    at = {id(r): i for i, r in enumerate(rows)}
-    results: list[ResultRow | None] = [None] * len(rows)
+    """`stream_grades`, collected: one result per sample, in order (dicts: the
+    samples_to_score columns)."""
+    if not isinstance(samples, Samples):
+        samples = Samples.from_dicts(samples)
+    results: list[ResultRow | None] = [None] * len(samples)
 
-    def put(part: list[dict[str, Any]], graded: list[ResultRow]) -> None:
-        for r, g in zip(part, graded, strict=True):
-            results[at[id(r)]] = g
+    def put(part: list[int], graded: list[ResultRow]) -> None:
+        for i, g in zip(part, graded, strict=True):
+            results[i] = g
         if advance is not None:
             advance(len(part))
 
-    stream_grades(pool, verifier, rows, opts, put, in_process=in_process)
+    stream_grades(pool, verifier, samples, opts, put, in_process=in_process)
     return results  # type: ignore[return-value]
 
 
@@ -281,19 +338,16 @@ class Bulk:
 @task(name="write-scores", cache_policy=NO_CACHE, task_run_name="write {scorer} ({n} rows)")
 def write_batch(
     warehouse_path: str, scorer: str, digest: str, keys: Bulk, results: Bulk, n: int
-) -> Bulk:
+) -> int:
     """Prefect task: write one batch of graded samples (one transaction).
 
     Returns:
-        Bulk of the written rows' (run_id, status, value, reason, attempt) dicts.
+        The number of rows written (fewer than `n` when a concurrent stage wrote some first).
     """
     from warehouse import Warehouse
 
     table = scores_table(keys.value, results.value, scorer, digest)
-    written = Warehouse(warehouse_path).write_scores(table)
-    # the summary counts what was written; a duplicate written by a concurrent stage is not ours
-    out = table_rows(table.select(["run_id", "status", "value", "reason", "attempt"]))
-    return Bulk(out if written == table.num_rows else out[:written])
+    return Warehouse(warehouse_path).write_scores(table)
 
 
 class _BatchWriter:
@@ -308,33 +362,45 @@ class _BatchWriter:
         warehouse_path: str,
         scorer: str,
         digest: str,
-        size: int,
+        samples: Samples,
         summaries: dict[tuple[str, str], RunScore],
         advance: Callable[[int], None],
     ) -> None:
         self.warehouse_path, self.scorer, self.digest = warehouse_path, scorer, digest
-        self.size = size
+        self.samples = samples
         self.summaries = summaries
         self.advance = advance
-        self.keys: list[dict[str, Any]] = []
+        self.indices: list[int] = []
         self.results: list[ResultRow] = []
+        self.last = time.monotonic()
 
-    def __call__(self, part: list[dict[str, Any]], graded: list[ResultRow]) -> None:
-        self.keys.extend(part)
+    def __call__(self, part: list[int], graded: list[ResultRow]) -> None:
+        self.indices.extend(part)
         self.results.extend(graded)
         self.advance(len(part))
-        if len(self.keys) >= self.size:
+        pending = len(self.indices)
+        if pending >= BATCH_MAX_ROWS or (
+            pending >= BATCH_MIN_ROWS and time.monotonic() - self.last >= BATCH_INTERVAL_S
+        ):
             self.flush()
 
     def flush(self) -> None:
-        if not self.keys:
+        self.last = time.monotonic()
+        if not self.indices:
             return
-        keys, results, self.keys, self.results = self.keys, self.results, [], []
+        indices, results, self.indices, self.results = self.indices, self.results, [], []
+        keys = self.samples.keys(indices)
         written = write_batch(
             self.warehouse_path, self.scorer, self.digest, Bulk(keys), Bulk(results), len(keys)
         )
-        for row in written.value:
-            self.summaries[(row["run_id"], self.scorer)].add(row)
+        # the summary counts what was written; a duplicate written by a concurrent stage is
+        # not ours
+        run_ids = keys.column("run_id").to_pylist()[:written]
+        attempts = keys.column("attempt").to_pylist()[:written]
+        for run_id, attempt, (status, value, _, _, reason, _, _) in zip(
+            run_ids, attempts, results[:written], strict=True
+        ):
+            self.summaries[(run_id, self.scorer)].count(status, value, reason, attempt)
 
 
 def score_runs(
@@ -361,11 +427,43 @@ def score_runs(
         One RunScore per (run, verifier) that had anything to do, and zero-count ones for the
         rest, so a caller can show that nothing was left to score.
     """
-    from scorers.fingerprint import fingerprint
     from warehouse import Warehouse
 
-    opts = opts or ScoreOptions()
-    wh = Warehouse(warehouse_path)
+    with _older_objects_frozen():
+        return _score_runs(Warehouse(warehouse_path), plan, opts or ScoreOptions(), pool, retry)
+
+
+_FROZEN_DEPTH = [0]
+
+
+@contextmanager
+def _older_objects_frozen() -> Iterator[None]:
+    # A full garbage collection scans every object in the process: with Prefect and Inspect
+    # loaded that is 0.12-0.15 s, and a 20,000-sample stage allocates enough to trigger one.
+    # What existed before the stage (modules, Prefect's machinery) is not the stage's garbage,
+    # so it is left out of collections until the stage ends (objects made meanwhile are
+    # collected as usual).
+    _FROZEN_DEPTH[0] += 1
+    if _FROZEN_DEPTH[0] == 1:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        _FROZEN_DEPTH[0] -= 1
+        if _FROZEN_DEPTH[0] == 0:
+            gc.unfreeze()
+
+
+def _score_runs(
+    wh: Warehouse,
+    plan: dict[str, list[str]],
+    opts: ScoreOptions,
+    pool: GradingPool | None,
+    retry: RetryScope | None,
+) -> list[RunScore]:
+    from scorers.fingerprint import fingerprint
+
+    warehouse_path = wh.path
     by_scorer: dict[str, list[str]] = {}
     for run_id, names in plan.items():
         for name in names:
@@ -381,17 +479,17 @@ def score_runs(
                 wh.register_verifier(fp)
                 for run_id in run_ids:
                     summaries[(run_id, name)] = RunScore(run_id, name, fp.digest)
-                rows = table_rows(
+                samples = Samples(
                     wh.samples_to_score(name, fp.digest, run_ids=run_ids, retry=retry)
                 )
                 label = f"score {name}" + (" (+ retries)" if retry else "")
-                bar = progress.add_task(label, total=len(rows)) if progress else None
+                bar = progress.add_task(label, total=len(samples)) if progress else None
                 in_process = _FIRST_DIGEST.setdefault(name, fp.digest) == fp.digest
                 writer = _BatchWriter(
-                    str(warehouse_path), name, fp.digest, opts.chunk_size * BATCH_CHUNKS,
-                    summaries, lambda n, bar=bar: progress.advance(bar, n) if progress else None,
+                    str(warehouse_path), name, fp.digest, samples, summaries,
+                    lambda n, bar=bar: progress.advance(bar, n) if progress else None,
                 )  # fmt: skip
-                stream_grades(pool, verifier, rows, opts, writer, in_process=in_process)
+                stream_grades(pool, verifier, samples, opts, writer, in_process=in_process)
                 writer.flush()
     finally:
         if own_pool:

@@ -147,12 +147,12 @@ def test_deferred_samples_are_graded_again_without_the_option(verifier) -> None:
 
 def _map(verifier: Verifier, chunks: list[list[str]], workers: int, depth: int) -> list:
     """GradingPool.map over chunks of completions; the (job, statuses) of each `done` call."""
-    from flows.score import _sample_row
+    from flows.score import Samples
 
     calls: list = []
     pool = GradingPool(workers, depth=depth)
     try:
-        grade_rows = [[_sample_row(r) for r in _rows(c, target="defer")] for c in chunks]
+        grade_rows = [Samples.from_dicts(_rows(c, target="defer")).rows for c in chunks]
         pool.map(
             verifier.grade,
             grade_rows,

@@ -86,11 +86,3 @@ def conform_scores(rows: pa.Table) -> pa.Table:
         first = table.column("status").filter(bad)[0].as_py()
         raise ValueError(f"score status {first!r} is not one of {', '.join(SCORE_STATUSES)}")
     return table
-
-
-def table_rows(table: pa.Table) -> list[dict[str, object]]:
-    """`table.to_pylist()`, built column by column: 3-4x faster on 20,000 samples to score
-    (Arrow's row-wise conversion is ~140 ms there, this ~40 ms)."""
-    names = table.column_names
-    columns = [table.column(name).to_pylist() for name in names]
-    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
