@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -365,8 +366,13 @@ class _BatchWriter:
         samples: Samples,
         summaries: dict[tuple[str, str], RunScore],
         advance: Callable[[int], None],
+        register: Callable[[], object],
     ) -> None:
         self.warehouse_path, self.scorer, self.digest = warehouse_path, scorer, digest
+        # Recording the fingerprint (a write transaction, ~0.1 s) waits until the workers
+        # have their first chunks, off the path to the first grade; it is done before any
+        # score is written, and also when there is nothing to score.
+        self.register: Callable[[], object] | None = register
         self.samples = samples
         self.summaries = summaries
         self.advance = advance
@@ -375,6 +381,7 @@ class _BatchWriter:
         self.last = time.monotonic()
 
     def __call__(self, part: list[int], graded: list[ResultRow]) -> None:
+        self._registered()
         self.indices.extend(part)
         self.results.extend(graded)
         self.advance(len(part))
@@ -384,7 +391,13 @@ class _BatchWriter:
         ):
             self.flush()
 
+    def _registered(self) -> None:
+        if self.register is not None:
+            register, self.register = self.register, None
+            register()
+
     def flush(self) -> None:
+        self._registered()
         self.last = time.monotonic()
         if not self.indices:
             return
@@ -476,7 +489,6 @@ def _score_runs(
             for name, run_ids in by_scorer.items():
                 verifier = get_verifier(name)
                 fp = fingerprint(verifier)
-                wh.register_verifier(fp)
                 for run_id in run_ids:
                     summaries[(run_id, name)] = RunScore(run_id, name, fp.digest)
                 samples = Samples(
@@ -488,6 +500,7 @@ def _score_runs(
                 writer = _BatchWriter(
                     str(warehouse_path), name, fp.digest, samples, summaries,
                     lambda n, bar=bar: progress.advance(bar, n) if progress else None,
+                    register=partial(wh.register_verifier, fp),
                 )  # fmt: skip
                 stream_grades(pool, verifier, samples, opts, writer, in_process=in_process)
                 writer.flush()
