@@ -141,6 +141,13 @@ def test_scoring_twice_writes_nothing_the_second_time(prefect_api, tmp_path, mon
     assert first == 6
     assert sum(s.written for s in again) == 0
     assert _count(cfg.warehouse, "SELECT count(*) FROM scores") == [(6,)]
+    # the fingerprint the rows were graded under is recorded, once
+    assert _count(
+        cfg.warehouse,
+        "SELECT count(*) FROM verifiers v JOIN (SELECT DISTINCT fingerprint FROM scores) s "
+        "USING (fingerprint) WHERE v.name = ?",
+        [name],
+    ) == [(1,)]
     # the scored copy carries the verdicts for `inspect view`; the original is untouched
     from inspect_ai.log import read_eval_log
 
