@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from warehouse_logs import make_log, variant
+from warehouse_logs import make_log, reader_holding, variant
 
 from warehouse import Warehouse, WarehouseLocked
 from warehouse.logs import LogReadError, file_digest
@@ -70,35 +70,18 @@ def test_reingest_is_a_noop(base_log, tmp_path):
     assert rows(wh, "SELECT count(*) FROM runs") == [(1,)]
 
 
-_READER = """
-import sys, duckdb
-con = duckdb.connect(sys.argv[1], read_only=True)
-print("open", flush=True)
-sys.stdin.read()
-"""
-
-
 def test_reingest_answers_while_another_process_reads(base_log, tmp_path):
     # a no-op re-ingest needs no write lock: a reader elsewhere (a notebook, `gradebook sql`)
     # does not make it wait; a log with new samples does wait, and loses nothing
     path = variant(base_log, tmp_path / "r.eval", eval_id="read1", keep=5)
     wh = Warehouse(tmp_path / "g.duckdb", lock_timeout_s=0.5)
     wh.ingest_logs([path])
-    reader = subprocess.Popen(
-        [sys.executable, "-c", _READER, str(wh.path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert reader.stdout.readline().strip() == "open"
+    with reader_holding(wh.path):
         [again] = wh.ingest_logs([path])
         assert (again.samples_added, again.samples_total, again.error) == (0, 5, None)
         variant(base_log, path, eval_id="read1")
         with pytest.raises(WarehouseLocked):
             wh.ingest_logs([path])
-    finally:
-        reader.communicate("")
     [grown] = wh.ingest_logs([path])
     assert (grown.samples_added, grown.samples_total) == (7, 12)
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import duckdb
 import fsspec
 import pytest
-from warehouse_logs import make_log, variant
+from warehouse_logs import make_log, reader_holding, variant
 
 from warehouse import SCHEMA_VERSION, Warehouse, logs
 from warehouse.log_stamps import RACY_WINDOW_NS
@@ -139,14 +137,6 @@ def test_a_log_recorded_while_racy_is_hashed_until_seen_settled(base_log, tmp_pa
 
 
 # holds a read-only connection (which bars writers) until told to go, or for at most 20 s
-_READER = """
-import select, sys, duckdb
-con = duckdb.connect(sys.argv[1], read_only=True)
-print("open", flush=True)
-select.select([sys.stdin], [], [], 20)
-"""
-
-
 def test_recording_a_new_stat_never_waits_for_the_lock(base_log, tmp_path, hashed):
     # touched (same bytes, new mtime): hashed, and the new stat is recorded only when the file
     # is free; with a reader holding it, the no-op answers without waiting for the reader
@@ -154,20 +144,11 @@ def test_recording_a_new_stat_never_waits_for_the_lock(base_log, tmp_path, hashe
     wh = Warehouse(tmp_path / "g.duckdb", lock_timeout_s=60)
     wh.ingest_logs([path])
     settled(path, ago_ns=HOUR_NS // 2)
-    reader = subprocess.Popen(
-        [sys.executable, "-c", _READER, str(wh.path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert reader.stdout.readline().strip() == "open"
+    with reader_holding(wh.path) as reader:
         [again] = wh.ingest_logs([path])
         assert (again.samples_added, again.samples_total, again.error) == (0, 12, None)
         # had it waited for the lock, the reader would have gone and the stat been recorded
         assert reader.poll() is None
-    finally:
-        reader.communicate("")
     assert len(hashed) == 2
     wh.ingest_logs([path])  # the lock is free: hashed, and the stat recorded this time
     assert len(hashed) == 3

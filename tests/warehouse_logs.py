@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from inspect_ai import Task, eval
@@ -68,3 +72,28 @@ def variant(
         copy.status = status  # type: ignore[assignment]
     write_eval_log(copy, str(path))
     return path
+
+
+_READER = """
+import select, sys, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print("open", flush=True)
+select.select([sys.stdin], [], [], 20)
+"""
+
+
+@contextmanager
+def reader_holding(db: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process with a read-only DuckDB connection open on `db` for the block (20 s at
+    most): a writer here must wait for it; a reader need not."""
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _READER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "open"
+        yield reader
+    finally:
+        reader.communicate("")
