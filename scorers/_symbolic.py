@@ -182,6 +182,10 @@ class SympyComparator(Comparator):
             ratio = sympy.cancel(sa / sb)
         else:
             ratio = sympy.simplify(sa / sb)
+            if ratio.free_symbols:
+                # simplify does not rationalize a denominator, so it misses
+                # (sqrt(2) x + 2) / (x + sqrt(2)) = sqrt(2); radsimp multiplies by the conjugate.
+                ratio = sympy.radsimp(ratio)
         if ratio.free_symbols or not ratio.is_number or ratio == 0:
             return None
         if ratio.is_positive:

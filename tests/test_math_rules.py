@@ -105,6 +105,10 @@ RULES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
             ("\\sqrt{2} x - 2\\sqrt{2} = 0", "x - 2 = 0"),
             ("-\\sqrt{2} x > -2\\sqrt{2}", "x < 2"),
             ("\\pi x = 2\\pi", "x = 2"),
+            # need sqrt(2)^2 = 2, which cancel would miss: the radical keeps them off its path
+            ("\\sqrt{2} x + 2 = 0", "x + \\sqrt{2} = 0"),
+            ("\\sqrt{2} x < 2", "x < \\sqrt{2}"),
+            ("2x + 2\\sqrt{2} = 0", "\\sqrt{2} x + 2 = 0"),
         ],
         [
             ("y = x + 2", "y = 2x + 1"),
@@ -116,6 +120,7 @@ RULES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
             ("x^2 = 2x", "x = 2"),  # the ratio is x, not a constant
             ("\\sqrt{2} x + 2 = 0", "x + \\sqrt{3} = 0"),
             ("\\pi x = 2", "x = 2"),
+            ("-\\sqrt{2} x < -2", "x < \\sqrt{2}"),  # factor -sqrt(2): not fine for <
         ],
     ),
     "sums and products are compared as written": (
