@@ -124,6 +124,22 @@ def _is_zero(d: sympy.Basic) -> bool:
     return d.equals(0) is True
 
 
+def _is_rational_function(e: sympy.Basic) -> bool:
+    """Sums, products and integer powers of symbols and rational numbers only.
+
+    Radicals are excluded on purpose, and sqrt(2) = Pow(2, 1/2) is built from rationals alone:
+    cancel would treat it as an independent generator and miss identities that need
+    sqrt(2)**2 = 2, so (sqrt(2) x + 2) / (x + sqrt(2)) = sqrt(2) would look non-constant.
+    """
+    if e.is_Symbol or e.is_Rational:
+        return True
+    if e.is_Pow:
+        return e.exp.is_Integer and _is_rational_function(e.base)
+    if e.is_Add or e.is_Mul:
+        return all(_is_rational_function(a) for a in e.args)
+    return False
+
+
 class SympyComparator(Comparator):
     """Decides leaves with sympy: exact first, then zero-testing of the difference."""
 
@@ -158,7 +174,18 @@ class SympyComparator(Comparator):
             return None
         if sb == 0 or sa == 0:
             return 1 if sa == sb else None
-        ratio = sympy.simplify(sa / sb)
+        if _is_rational_function(sa) and _is_rational_function(sb):
+            # Exact and cheap: over Q, cancel returns p'/q' in lowest terms. If the ratio were a
+            # constant c, then p' = c q', so gcd(p', q') = q' and cancel would have returned c;
+            # symbols left over therefore prove it is not a constant, which simplify would
+            # otherwise spend ~10 ms failing to disprove (y = x + 2 against y = 2x + 1).
+            ratio = sympy.cancel(sa / sb)
+        else:
+            ratio = sympy.simplify(sa / sb)
+            if ratio.free_symbols:
+                # simplify does not rationalize a denominator, so it misses
+                # (sqrt(2) x + 2) / (x + sqrt(2)) = sqrt(2); radsimp multiplies by the conjugate.
+                ratio = sympy.radsimp(ratio)
         if ratio.free_symbols or not ratio.is_number or ratio == 0:
             return None
         if ratio.is_positive:

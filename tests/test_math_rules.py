@@ -87,6 +87,42 @@ RULES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
             ("x^2 \\in [1, 4]", "x \\in [1, 4]"),
         ],
     ),
+    "equations up to a constant factor, inequalities up to a positive one": (
+        [
+            ("2y = 2x + 4", "y = x + 2"),
+            ("-y = -x - 2", "y = x + 2"),  # a negative factor is fine for =
+            ("x - y = 3", "y - x = -3"),
+            ("2x < 10", "x < 5"),
+            ("-x > -5", "x < 5"),  # both sides negated and the sign flipped
+            ("10 > 2x", "x < 5"),
+            ("2x \\ge 10", "5 \\le x"),
+            # rational functions: decided exactly by cancelling the ratio to lowest terms
+            ("\\frac{2}{x} + \\frac{2}{y} = 2", "\\frac{1}{x} + \\frac{1}{y} = 1"),
+            ("1 = \\frac{1}{x} + \\frac{1}{y}", "\\frac{x+y}{xy} = 1"),
+            ("\\frac{2x}{x+1} = 1", "\\frac{x}{x+1} = \\frac{1}{2}"),
+            ("\\frac{1}{x} < 1", "\\frac{3}{x} < 3"),
+            # irrational factors: left to simplify
+            ("\\sqrt{2} x - 2\\sqrt{2} = 0", "x - 2 = 0"),
+            ("-\\sqrt{2} x > -2\\sqrt{2}", "x < 2"),
+            ("\\pi x = 2\\pi", "x = 2"),
+            # need sqrt(2)^2 = 2, which cancel would miss: the radical keeps them off its path
+            ("\\sqrt{2} x + 2 = 0", "x + \\sqrt{2} = 0"),
+            ("\\sqrt{2} x < 2", "x < \\sqrt{2}"),
+            ("2x + 2\\sqrt{2} = 0", "\\sqrt{2} x + 2 = 0"),
+        ],
+        [
+            ("y = x + 2", "y = 2x + 1"),
+            ("2x < 10", "x > 5"),  # a negative factor is not fine for <
+            ("-x < -5", "x < 5"),
+            ("\\frac{1}{x} + \\frac{1}{y} = 1", "x + y = 1"),
+            ("\\frac{1}{x} < 1", "1 < x"),
+            ("\\frac{x}{x+1} = 2", "\\frac{x}{x+1} = 3"),
+            ("x^2 = 2x", "x = 2"),  # the ratio is x, not a constant
+            ("\\sqrt{2} x + 2 = 0", "x + \\sqrt{3} = 0"),
+            ("\\pi x = 2", "x = 2"),
+            ("-\\sqrt{2} x < -2", "x < \\sqrt{2}"),  # factor -sqrt(2): not fine for <
+        ],
+    ),
     "sums and products are compared as written": (
         [
             ("F_n = \\sum_{k=0}^{n-1} F_{n-k-1} F_k", "F_n = \\sum_{k=0}^{n-1} F_k F_{n-k-1}"),
