@@ -368,11 +368,6 @@ def _at_cap(found: dict[str, list[tuple[str, str, int, int]]]) -> int:
     return sum(k for rows in found.values() for *_, a, k in rows if a >= WATCH_MAX_ATTEMPT)
 
 
-@task(name="retry-infrastructure", cache_policy=NO_CACHE)
-def retry_infrastructure_task(warehouse: str, opts: ScoreOptions) -> InfraRetry:
-    return retry_infrastructure(warehouse, opts)
-
-
 @flow(name="verifier-watcher", log_prints=False)
 def watch_verifiers(
     warehouse: str = "gradebook.duckdb",
@@ -392,7 +387,9 @@ def watch_verifiers(
         return WatchResult([], InfraRetry())
     opts = ScoreOptions(workers=workers, progress=progress)
     rescored = _rescore_changed(warehouse, opts)
-    retry = retry_infrastructure_task(warehouse, opts)
+    # not a task of its own: a task run a minute with nothing to do would fill the UI; the
+    # scores it writes are task runs (write-scores) like any stage's
+    retry = retry_infrastructure(warehouse, opts)
     line = retry.summary()
     if line:
         console.print(f"verifier watcher: {line}", soft_wrap=True)
