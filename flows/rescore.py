@@ -6,8 +6,10 @@ before, under the new fingerprint. Old rows stay (history is append-only); the `
 view then shows every sample whose verdict changed. With `retry_unscored` it also grades again,
 under the current fingerprint, every sample whose latest attempt was unscored for a retryable
 infrastructure reason (a new row with the next attempt number; never a flip).
-`watch_verifiers` is the fingerprint check (without retries) as a flow that `gradebook serve`
-runs on a short interval; it also emits the Prefect event `gradebook.verifier.changed`.
+`watch_verifiers` is the fingerprint check as a flow that `gradebook serve` runs on a short
+interval; it also emits the Prefect event `gradebook.verifier.changed`, and grades again the
+samples an infrastructure failure left unscored (`retry_infrastructure`) once the failure is
+over, up to WATCH_MAX_ATTEMPT attempts per sample.
 """
 
 from __future__ import annotations
@@ -20,20 +22,31 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
+from flows.console import console
 from flows.score import RunScore, ScoreOptions, score_runs
 from warehouse.schema import RETRYABLE_REASONS
 
 __all__ = [
     "EVENT_VERIFIER_CHANGED",
+    "WATCH_MAX_ATTEMPT",
+    "InfraRetry",
     "RescorePlan",
+    "WatchResult",
     "plan_rescore",
     "rescore",
     "rescore_flow",
+    "retry_infrastructure",
     "watch_verifiers",
 ]
 
 EVENT_VERIFIER_CHANGED = "gradebook.verifier.changed"
 MAX_FLIPS_SHOWN = 20
+# The watcher grades a sample again only while its latest attempt is below this. It runs every
+# minute, and a failure can outlast any one check: a sample whose grading kills the worker
+# every time, or a sandbox that answers the check but fails the run, would otherwise gain an
+# unscored row a minute forever. 3 = a sweep's first grading, the sweep's own immediate retry,
+# and one more once the watcher sees the service back; `--retry-unscored` has no cap.
+WATCH_MAX_ATTEMPT = 3
 
 
 @dataclass
@@ -239,23 +252,153 @@ def rescore_flow(
     return rescore_task(warehouse, scorers, dry_run, opts, retry_unscored)
 
 
+@dataclass
+class InfraRetry:
+    """What one watcher run did about samples an infrastructure failure left unscored.
+
+    Attributes:
+        written: per (run, verifier), the rows the retry wrote (attempt > 1).
+        waiting_for_sandbox: `sandbox_unavailable` samples not retried: the sandbox is still down.
+        sandbox_down: why the sandbox check failed (None: not needed, or the sandbox is up).
+        at_cap: samples left unscored at WATCH_MAX_ATTEMPT attempts after this run; only
+            `gradebook rescore --retry-unscored` grades them again.
+    """
+
+    written: list[RunScore] = field(default_factory=list)
+    waiting_for_sandbox: int = 0
+    sandbox_down: str | None = None
+    at_cap: int = 0
+
+    @property
+    def retried(self) -> int:
+        return sum(w.written for w in self.written)
+
+    def summary(self) -> str | None:
+        """One line for the watcher's output, or None when nothing was graded again."""
+        if not self.retried:
+            return None
+        scorers = ", ".join(sorted({w.scorer for w in self.written if w.written}))
+        scored = sum(w.scored for w in self.written)
+        line = (
+            f"retried {self.retried} sample(s) left unscored by an infrastructure failure "
+            f"({scorers}): {scored} scored, {self.retried - scored} not"
+        )
+        if self.waiting_for_sandbox:
+            line += f"; {self.waiting_for_sandbox} wait for the sandbox"
+        if self.at_cap:
+            line += (
+                f"; {self.at_cap} unscored after {WATCH_MAX_ATTEMPT} attempts "
+                "(gradebook rescore --retry-unscored)"
+            )
+        return line
+
+
+@dataclass
+class WatchResult:
+    """What one watcher run did: verifiers re-scored for a new fingerprint, and retries."""
+
+    rescored: list[RescorePlan]
+    retry: InfraRetry
+
+
+def _infra_unscored(warehouse: str | Path) -> dict[str, list[tuple[str, str, int, int]]]:
+    """verifier -> (run_id, reason, latest attempt, samples) unscored by an infrastructure
+    failure under its current fingerprint."""
+    from scorers.fingerprint import fingerprint
+    from scorers.registry import all_verifiers, get_verifier
+    from warehouse import Warehouse
+
+    wh = Warehouse(warehouse)
+    found = {}
+    for name in sorted(all_verifiers()):
+        rows = wh.unscored_to_retry(name, fingerprint(get_verifier(name)).digest, "infrastructure")
+        if rows:
+            found[name] = rows
+    return found
+
+
+def retry_infrastructure(warehouse: str | Path, opts: ScoreOptions | None = None) -> InfraRetry:
+    """Grade again, under the current fingerprints, the samples whose latest attempt is unscored
+    for an infrastructure failure (scope "infrastructure": never an answer a verifier judged).
+
+    `sandbox_unavailable` samples are retried only when the sandbox check passes now, so an
+    outage does not write a new unscored row per sample per call; no sample is retried past
+    attempt WATCH_MAX_ATTEMPT.
+    """
+    from scorers.sandbox import sandbox_down
+
+    cap = WATCH_MAX_ATTEMPT
+    found = _infra_unscored(warehouse)
+    due = [(n, r, why, k) for n, rows in found.items() for r, why, a, k in rows if a < cap]
+    result = InfraRetry(at_cap=_at_cap(found))
+    if not due:
+        return result
+    skip: tuple[str, ...] = ()
+    if any(why == "sandbox_unavailable" for *_, why, _ in due):
+        result.sandbox_down = sandbox_down()
+        if result.sandbox_down:
+            skip = ("sandbox_unavailable",)
+            result.waiting_for_sandbox = sum(k for *_, why, k in due if why in skip)
+    plan: dict[str, list[str]] = {}
+    for name, run_id, why, _ in due:
+        if why in skip:
+            continue
+        names = plan.setdefault(run_id, [])
+        if name not in names:
+            names.append(name)
+    if not plan:
+        return result
+    result.written = [
+        w
+        for w in score_runs(
+            warehouse,
+            plan,
+            opts,
+            retry="infrastructure",
+            max_attempt=cap,
+            skip_reasons=skip,
+        )
+        if w.written
+    ]
+    result.at_cap = _at_cap(_infra_unscored(warehouse))
+    return result
+
+
+def _at_cap(found: dict[str, list[tuple[str, str, int, int]]]) -> int:
+    return sum(k for rows in found.values() for *_, a, k in rows if a >= WATCH_MAX_ATTEMPT)
+
+
 @flow(name="verifier-watcher", log_prints=False)
 def watch_verifiers(
     warehouse: str = "gradebook.duckdb",
     verifier_modules: list[str] | None = None,
     workers: int | None = None,
     progress: bool = False,
-) -> list[RescorePlan]:
-    """Check every registered verifier's fingerprint; re-score those that changed.
+) -> WatchResult:
+    """Check every registered verifier's fingerprint; re-score those that changed; then grade
+    again the samples an infrastructure failure left unscored (`retry_infrastructure`).
 
     Emits `gradebook.verifier.changed` (resource `gradebook.verifier.<name>`) for each changed
-    verifier, so automations can react too.
+    verifier, so automations can react too. Prints one line when a retry wrote rows, and
+    nothing otherwise (it runs every minute).
     """
-    from prefect.events import emit_event
-
     import_verifier_modules(verifier_modules or [])
     if not Path(warehouse).exists():
-        return []
+        return WatchResult([], InfraRetry())
+    opts = ScoreOptions(workers=workers, progress=progress)
+    rescored = _rescore_changed(warehouse, opts)
+    # not a task of its own: a task run a minute with nothing to do would fill the UI; the
+    # scores it writes are task runs (write-scores) like any stage's
+    retry = retry_infrastructure(warehouse, opts)
+    line = retry.summary()
+    if line:
+        console.print(f"verifier watcher: {line}", soft_wrap=True)
+    return WatchResult(rescored, retry)
+
+
+def _rescore_changed(warehouse: str, opts: ScoreOptions) -> list[RescorePlan]:
+    from prefect.events import emit_event
+
     plans = [p for p in plan_rescore(warehouse) if p.changed]
     for plan in plans:
         emit_event(
@@ -271,9 +414,4 @@ def watch_verifiers(
         )
     if not plans:
         return []
-    return rescore_task(
-        warehouse,
-        [p.scorer for p in plans],
-        False,
-        ScoreOptions(workers=workers, progress=progress),
-    )
+    return rescore_task(warehouse, [p.scorer for p in plans], False, opts)

@@ -423,6 +423,8 @@ def score_runs(
     pool: GradingPool | None = None,
     *,
     retry: RetryScope | None = None,
+    max_attempt: int | None = None,
+    skip_reasons: Sequence[str] = (),
 ) -> list[RunScore]:
     """Score every run with its verifiers; skip samples already scored by the same fingerprint.
 
@@ -435,6 +437,8 @@ def score_runs(
             is unscored for a retryable reason ("all") or an infrastructure failure
             ("infrastructure"; `warehouse.schema.RetryScope`); each is written as a new row
             with the next attempt number.
+        max_attempt: with `retry`, write no attempt above this (`Warehouse.samples_to_score`).
+        skip_reasons: with `retry`, unscored reasons not to retry this time.
 
     Returns:
         One RunScore per (run, verifier) that had anything to do, and zero-count ones for the
@@ -443,7 +447,15 @@ def score_runs(
     from warehouse import Warehouse
 
     with _older_objects_frozen():
-        return _score_runs(Warehouse(warehouse_path), plan, opts or ScoreOptions(), pool, retry)
+        return _score_runs(
+            Warehouse(warehouse_path),
+            plan,
+            opts or ScoreOptions(),
+            pool,
+            retry,
+            max_attempt,
+            tuple(skip_reasons),
+        )
 
 
 _FROZEN_DEPTH = [0]
@@ -473,6 +485,8 @@ def _score_runs(
     opts: ScoreOptions,
     pool: GradingPool | None,
     retry: RetryScope | None,
+    max_attempt: int | None,
+    skip_reasons: tuple[str, ...],
 ) -> list[RunScore]:
     from scorers.fingerprint import fingerprint
 
@@ -492,7 +506,14 @@ def _score_runs(
                 for run_id in run_ids:
                     summaries[(run_id, name)] = RunScore(run_id, name, fp.digest)
                 samples = Samples(
-                    wh.samples_to_score(name, fp.digest, run_ids=run_ids, retry=retry)
+                    wh.samples_to_score(
+                        name,
+                        fp.digest,
+                        run_ids=run_ids,
+                        retry=retry,
+                        max_attempt=max_attempt,
+                        skip_reasons=skip_reasons,
+                    )
                 )
                 label = f"score {name}" + (" (+ retries)" if retry else "")
                 bar = progress.add_task(label, total=len(samples)) if progress else None

@@ -3,7 +3,8 @@
 Schedules need a real Prefect server: the one named by PREFECT_API_URL, or a local one started
 here and stopped on exit. Each sweep becomes a deployment on its cron; each warehouse gets a
 `verifier-watcher` deployment on a short interval that re-scores when a fingerprint changes
-(and emits `gradebook.verifier.changed`). Flow runs execute in subprocesses started by Prefect's
+(and emits `gradebook.verifier.changed`) and grades again the samples an infrastructure
+failure left unscored, once the service is back (`flows.rescore.retry_infrastructure`). Flow runs execute in subprocesses started by Prefect's
 runner, so every run imports the verifier code as it is on disk at that moment.
 """
 
@@ -50,7 +51,8 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
                 name=f"watch-{_slug(warehouse.rsplit('/', 1)[-1].removesuffix('.duckdb'))}",
                 interval=watch_every,
                 parameters={"warehouse": warehouse, "verifier_modules": modules},
-                description=f"re-score {warehouse} when a verifier fingerprint changes",
+                description=f"re-score {warehouse} when a verifier fingerprint changes, "
+                "and retry samples an infrastructure failure left unscored",
                 tags=["gradebook", "watcher"],
             )
         )

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from scorers import _harness
-from scorers.sandbox_image import image_tag, sandbox_users
+from scorers.sandbox_image import ImageBuildError, image_tag, sandbox_users
 
 LABEL = "gradebook.sandbox"
 OWNER_LABEL = "gradebook.owner"
@@ -48,6 +48,49 @@ RunStatus = Literal["passed", "failed", "timeout", "error"]
 
 class SandboxUnavailable(RuntimeError):
     """No Docker Engine, or no sandbox image: the code was NOT run (never falls back to the host)."""
+
+
+def engine_with_image(image: str | None = None, client: Any = None) -> tuple[Any, str]:
+    """A Docker client whose Engine answers, and the sandbox image tag it holds: what a pool
+    needs before it starts a container, so it is also the check that the sandbox is up.
+
+    Args:
+        image: image tag; the recipe's hash tag (see `scorers.sandbox_image`) when None.
+        client: a `docker.DockerClient`; one from the environment when None.
+
+    Raises:
+        SandboxUnavailable: no Docker Engine answers, or the image is not built.
+    """
+    import docker
+    import docker.errors
+
+    try:
+        client = client or docker.from_env(timeout=60)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailable(
+            f"Docker Engine not reachable ({exc.__class__.__name__}): start it with "
+            "`make services` (infra/docker/ensure_docker.sh)"
+        ) from exc
+    image = image or image_tag()
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise SandboxUnavailable(
+            f"sandbox image {image} is not built: run `gradebook sandbox build`"
+        ) from None
+    return client, image
+
+
+def sandbox_down() -> str | None:
+    """Why the sandbox cannot run code right now (what the code scorer would record as
+    `sandbox_unavailable`), or None when the Engine answers and the image is built."""
+    try:
+        client, _ = engine_with_image()
+    except (SandboxUnavailable, ImageBuildError) as exc:
+        return str(exc)
+    client.close()
+    return None
 
 
 @dataclass(frozen=True)
@@ -261,26 +304,9 @@ class SandboxPool:
         concurrency: int | None = None,
         client: Any = None,
     ) -> None:
-        import docker
-        import docker.errors
-
         self.limits = limits or SandboxLimits()
         self.concurrency = max(1, concurrency or os.cpu_count() or 1)
-        try:
-            self.client = client or docker.from_env(timeout=60)
-            self.client.ping()
-        except docker.errors.DockerException as exc:
-            raise SandboxUnavailable(
-                f"Docker Engine not reachable ({exc.__class__.__name__}): start it with "
-                "`make services` (infra/docker/ensure_docker.sh)"
-            ) from exc
-        self.image = image or image_tag()
-        try:
-            self.client.images.get(self.image)
-        except docker.errors.ImageNotFound:
-            raise SandboxUnavailable(
-                f"sandbox image {self.image} is not built: run `gradebook sandbox build`"
-            ) from None
+        self.client, self.image = engine_with_image(image, client)
         users = sandbox_users()
         self._harness_user = f"{users.harness_uid}:{users.harness_uid}"
         self._sandbox_user = f"{users.sandbox_uid}:{users.sandbox_uid}"

@@ -166,14 +166,15 @@ def test_watcher_rescores_only_the_edited_verifier_and_keeps_old_rows(
     cfg = _cfg(tmp_path, [_mock(wrong={2, 5})], [edited, other])
     sweep_flow(cfg, workers=1, progress=False, gate=False)
     db = str(cfg.warehouse)
-    assert watch_verifiers(db) == []  # nothing changed yet
+    first = watch_verifiers(db)
+    assert (first.rescored, first.retry.written) == ([], [])  # nothing changed yet
 
     # make the edited verifier lenient: off-by-one answers now count (a behaviour change)
     source = path.read_text()
     path.write_text(
         source.replace("ok = answer == want", "ok = answer in (want, str(int(want) + 1))")
     )
-    plans = watch_verifiers(db)
+    plans = watch_verifiers(db).rescored
 
     assert [p.scorer for p in plans] == [edited]
     assert [(f["sample_id"], f["old_value"], f["new_value"]) for f in plans[0].flips] == [
@@ -186,4 +187,4 @@ def test_watcher_rescores_only_the_edited_verifier_and_keeps_old_rows(
         cfg.warehouse, "SELECT sample_id FROM grade_flips WHERE scorer = ? ORDER BY 1", [edited]
     )
     assert flips == [("2",), ("5",)]
-    assert watch_verifiers(db) == []  # the next tick finds nothing left to do
+    assert watch_verifiers(db).rescored == []  # the next tick finds nothing left to do

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.config import parse_config
-from flows.rescore import plan_rescore
+from flows.rescore import WATCH_MAX_ATTEMPT, plan_rescore, watch_verifiers
 from flows.sweep import sweep_flow
 from tasks.code import humaneval, humaneval_problems
 from warehouse import Warehouse
@@ -213,3 +213,91 @@ def test_score_retry_unscored_grades_a_docker_outage_from_the_saved_log(
     # a second retry finds nothing to retry and writes nothing
     assert runner.invoke(app, [*score, "--retry-unscored"]).exit_code == 0
     assert _q(db, "SELECT count(*) FROM scores") == [(5,)]
+
+
+DEAD_DOCKER = "unix:///nonexistent/docker.sock"
+WATCH_ROWS = "SELECT sample_id, attempt, status, reason FROM scores ORDER BY ALL"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_watcher_grades_a_docker_outage_again_once_the_sandbox_is_back(
+    docker_sandbox, prefect_api, tmp_path, monkeypatch, capsys
+):
+    import scorers.sandbox as sandbox
+
+    log = _humaneval_log(tmp_path / "logs")
+    db = str(tmp_path / "gb.duckdb")
+    # a scheduled sweep's scoring while Docker is down
+    monkeypatch.setenv("DOCKER_HOST", DEAD_DOCKER)
+    monkeypatch.setattr(sandbox, "_default_pool", None)
+    out = CliRunner().invoke(app, ["score", log, "--db", db, "--verifier", "unit_tests"])
+    assert out.exit_code == 0, out.output
+    down = [
+        ("HumanEval/0", 1, "unscored", "sandbox_unavailable"),
+        ("HumanEval/1", 1, "unscored", "sandbox_unavailable"),
+        ("HumanEval/2", 1, "scored", "no_answer"),
+    ]
+    assert _q(db, WATCH_ROWS) == down
+
+    # still down: the watcher checks the sandbox first and writes nothing, silently
+    capsys.readouterr()
+    waiting = watch_verifiers(db)
+    assert (waiting.retry.written, waiting.retry.waiting_for_sandbox) == ([], 2)
+    assert "Docker Engine not reachable" in (waiting.retry.sandbox_down or "")
+    assert _q(db, WATCH_ROWS) == down
+    assert "verifier watcher" not in capsys.readouterr().out
+
+    monkeypatch.undo()  # Docker is back
+    back = watch_verifiers(db)
+    assert back.rescored == []  # no fingerprint changed: this is a retry, not a re-score
+    assert [(w.scorer, w.retried, w.scored) for w in back.retry.written] == [("unit_tests", 2, 2)]
+    assert _q(db, WATCH_ROWS) == [
+        ("HumanEval/0", 1, "unscored", "sandbox_unavailable"),  # history is kept
+        ("HumanEval/0", 2, "scored", "tests_passed"),
+        ("HumanEval/1", 1, "unscored", "sandbox_unavailable"),
+        ("HumanEval/1", 2, "scored", "tests_failed"),
+        ("HumanEval/2", 1, "scored", "no_answer"),  # already judged: not graded again
+    ]
+    metrics = _q(db, "SELECT n_scored, n_unscored, accuracy FROM run_metrics")
+    assert metrics == [(3, 0, pytest.approx(1 / 3))]
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if "verifier watcher" in ln]
+    assert "retried 2 sample(s)" in line and "2 scored" in line
+
+    # the next tick has nothing to retry: no rows, no output
+    assert watch_verifiers(db).retry.written == []
+    assert _q(db, "SELECT count(*) FROM scores") == [(5,)]
+    assert "verifier watcher" not in capsys.readouterr().out
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_watcher_stops_retrying_a_sample_at_the_attempt_cap(
+    docker_sandbox, prefect_api, tmp_path, monkeypatch, capsys
+):
+    assert WATCH_MAX_ATTEMPT == 3  # the numbers below follow from it
+    # a grading service that keeps failing although the sandbox check passes: the sweep's
+    # two passes and the watcher's one retry all find it down (3 x 6 calls)
+    name = _flaky(tmp_path, monkeypatch, down_calls=18)
+    cfg, _ = _sweep(tmp_path, name)
+    db = str(cfg.warehouse)
+    history = "SELECT attempt, status, count(*) FROM scores GROUP BY ALL ORDER BY ALL"
+    assert _q(db, history) == [(1, "unscored", 6), (2, "unscored", 6)]
+
+    capsys.readouterr()
+    first = watch_verifiers(db)
+    assert [(w.retried, w.unscored) for w in first.retry.written] == [(6, 6)]
+    assert first.retry.at_cap == 6
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if "verifier watcher" in ln]
+    assert "6 unscored after 3 attempts" in line and "--retry-unscored" in line
+
+    again = watch_verifiers(db)  # at the cap: left for a human, without a word
+    assert (again.retry.written, again.retry.at_cap) == ([], 6)
+    assert "verifier watcher" not in capsys.readouterr().out
+    assert _q(db, history) == [(1, "unscored", 6), (2, "unscored", 6), (3, "unscored", 6)]
+
+    # the cap binds only the watcher: a human's --retry-unscored still grades them
+    out = CliRunner().invoke(app, ["rescore", "--db", db, "--scorer", name, "--retry-unscored"])
+    assert out.exit_code == 0, out.output
+    assert _q(db, "SELECT n_scored, n_unscored FROM run_metrics") == [(6, 0)]
+    assert _q(db, "SELECT max(attempt) FROM scores") == [(4,)]

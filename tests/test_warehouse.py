@@ -278,6 +278,30 @@ def test_samples_to_score_offers_only_retryable_unscored_samples_again(wh, log):
     assert _retry_keys(wh, "infrastructure") == [("q1", 1, 2), ("q2", 2, 2)]
 
 
+def test_an_automatic_retry_can_leave_out_a_reason_and_stops_at_an_attempt_cap(wh, log):
+    run = log.eval.eval_id
+    down = "Docker Engine not reachable"
+    _unscored(wh, [(run, "q1", 1), (run, "q5", 1)], "sandbox_unavailable", down)
+    _unscored(wh, [(run, "q1", 1)], "sandbox_unavailable", down, attempt=2)
+    _unscored(wh, [(run, "q2", 1)], "verifier_error", "scoring worker died (exit code -9): EOF")
+    _unscored(wh, [(run, "q4", 1)], "verifier_error", "verifier raised ValueError: x")
+    # counted per run, reason and latest attempt, without reading the samples
+    assert wh.unscored_to_retry("math", "fp1", "infrastructure") == [
+        (run, "sandbox_unavailable", 1, 1),
+        (run, "sandbox_unavailable", 2, 1),
+        (run, "verifier_error", 1, 1),
+    ]
+    assert wh.unscored_to_retry("math", "fp2", "infrastructure") == []
+
+    def retries(**kw) -> list[tuple]:
+        todo = wh.samples_to_score("math", "fp1", retry="infrastructure", **kw)
+        return sorted((r["sample_id"], r["attempt"]) for r in todo.to_pylist() if r["attempt"] > 1)
+
+    assert retries() == [("q1", 3), ("q2", 2), ("q5", 2)]
+    assert retries(max_attempt=2) == [("q2", 2), ("q5", 2)]  # q1 is at attempt 2 already
+    assert retries(skip_reasons=["sandbox_unavailable"]) == [("q2", 2)]
+
+
 def test_a_retry_is_a_new_attempt_and_every_view_reads_the_latest(wh, log):
     run = log.eval.eval_id
     keys = [(run, "q1", 1), (run, "q2", 1)]

@@ -356,6 +356,8 @@ class Warehouse:
         *,
         run_ids: Sequence[str] | None = None,
         retry: RetryScope | None = None,
+        max_attempt: int | None = None,
+        skip_reasons: Sequence[str] = (),
     ) -> pa.Table:
         """Samples to grade under (scorer, digest), as Arrow (SAMPLES_TO_SCORE_SCHEMA).
 
@@ -367,6 +369,9 @@ class Warehouse:
                 with a reason in RETRYABLE_REASONS ("all") or an infrastructure failure
                 ("infrastructure", see RetryScope); never scored rows, errored generations, or
                 other unscored reasons.
+            max_attempt: with `retry`, no retry is written as an attempt above this (a sample
+                whose latest attempt is `max_attempt` or more is left as it is).
+            skip_reasons: with `retry`, unscored reasons not to retry this time.
 
         Returns:
             The samples with no score row for (scorer, digest), and with `retry` the retryable
@@ -384,15 +389,13 @@ class Warehouse:
             in_runs = "AND {col} IN (SELECT unnest($runs::VARCHAR[]))"
             params["runs"] = list(run_ids)
         if retry is not None:
-            if retry == "all":
-                retryable = "list_contains($reasons::VARCHAR[], c.reason)"
-                params["reasons"] = list(RETRYABLE_REASONS)
-            else:
-                retryable = (
-                    "(c.reason = 'sandbox_unavailable' OR "
-                    "(c.reason = 'verifier_error' AND starts_with(c.explanation, $died)))"
-                )
-                params["died"] = WORKER_DIED
+            retryable = _retryable_sql(retry, params)
+            if max_attempt is not None:
+                retryable += " AND c.attempt < $max_attempt"
+                params["max_attempt"] = max_attempt
+            if skip_reasons:
+                retryable += " AND NOT list_contains($skip::VARCHAR[], c.reason)"
+                params["skip"] = list(skip_reasons)
             sql = f"""
                 WITH cur AS (
                     SELECT run_id, sample_id, epoch, max(attempt) AS attempt,
@@ -428,6 +431,31 @@ class Warehouse:
         with self.read() as con:
             table = con.sql(sql, params=params).to_arrow_table()
         return table.cast(SAMPLES_TO_SCORE_SCHEMA)
+
+    def unscored_to_retry(
+        self, scorer: str, digest: str, retry: RetryScope
+    ) -> list[tuple[str, str, int, int]]:
+        """Samples whose latest attempt under (scorer, digest) is unscored and retryable under
+        `retry` (what `samples_to_score` would grade again), counted without reading them.
+
+        Returns:
+            (run_id, reason, latest attempt, samples) rows, sorted.
+        """
+        if not self.path.exists():
+            return []
+        params: dict[str, Any] = {"scorer": scorer, "digest": digest}
+        sql = f"""
+            SELECT c.run_id, c.reason, c.attempt, count(*)
+            FROM current_scores c
+            JOIN wh.samples s USING (run_id, sample_id, epoch)
+            WHERE c.scorer = $scorer AND c.fingerprint = $digest AND c.status = 'unscored'
+              AND {_retryable_sql(retry, params)} AND s.error IS NULL
+            GROUP BY ALL ORDER BY ALL
+        """
+        with self.read() as con:
+            return [
+                (r, why, int(a), int(n)) for r, why, a, n in con.execute(sql, params).fetchall()
+            ]
 
     def write_scores(self, rows: pa.Table) -> int:
         """Append score rows (SCORE_SCHEMA); rows whose key is already stored, or repeated
@@ -508,6 +536,18 @@ def stage_scores(rows: pa.Table, directory: Path) -> Path:
     final = directory / name
     os.replace(tmp, final)
     return final
+
+
+def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:
+    """The condition on an unscored score row `c` that `retry` grades again (adds its params)."""
+    if retry == "all":
+        params["reasons"] = list(RETRYABLE_REASONS)
+        return "list_contains($reasons::VARCHAR[], c.reason)"
+    params["died"] = WORKER_DIED
+    return (
+        "(c.reason = 'sandbox_unavailable' OR "
+        "(c.reason = 'verifier_error' AND starts_with(c.explanation, $died)))"
+    )
 
 
 def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
