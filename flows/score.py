@@ -61,10 +61,10 @@ __all__ = [
 
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
 # A warehouse write (one Prefect task run, one transaction: ~0.1 s of the stage's own CPU, which
-# the workers would otherwise have) happens about once a second, and at least every
-# BATCH_MAX_ROWS: a crash loses about a second of grading, which the next run redoes.
+# the workers would otherwise have) happens at most about once a second, or sooner when
+# BATCH_MAX_ROWS are waiting: a crash loses the chunks graded since the last write (about a
+# second of a fast verifier's work; for a slow one, the chunk or two that came back since).
 BATCH_INTERVAL_S = 1.0
-BATCH_MIN_ROWS = 1_000
 BATCH_MAX_ROWS = 16_000
 SAMPLE_TIMEOUT_S = 60.0  # a verifier is bounded itself; this is the stage's backstop
 
@@ -386,9 +386,7 @@ class _BatchWriter:
         self.results.extend(graded)
         self.advance(len(part))
         pending = len(self.indices)
-        if pending >= BATCH_MAX_ROWS or (
-            pending >= BATCH_MIN_ROWS and time.monotonic() - self.last >= BATCH_INTERVAL_S
-        ):
+        if pending >= BATCH_MAX_ROWS or time.monotonic() - self.last >= BATCH_INTERVAL_S:
             self.flush()
 
     def _registered(self) -> None:
