@@ -315,9 +315,12 @@ def start_early(names: Sequence[str], opts: ScoreOptions) -> GradingPool:
     """A scoring pool started now for these verifiers: workers import them and their helpers
     (math: sympy) boot while the caller does something else (a sweep: generation)."""
     pool = scoring_pool(opts)
-    chosen = [get_verifier(n) for n in names]
-    pool.start([v.module for v in chosen], [h for v in chosen for h in v.helpers])
+    _start_for(pool, [get_verifier(n) for n in names])
     return pool
+
+
+def _start_for(pool: GradingPool, verifiers: Sequence[Verifier]) -> None:
+    pool.start([v.module for v in verifiers], [h for v in verifiers for h in v.helpers])
 
 
 class Bulk:
@@ -653,8 +656,7 @@ def score_flow(
     try:
         # big logs: start the workers first, so their start-up overlaps the ingest
         if _expected_samples(logs) > 2 * opts.chunk_size:
-            chosen = _verifiers_for(logs, verifiers)
-            pool.start([v.module for v in chosen], [h for v in chosen for h in v.helpers])
+            _start_for(pool, _verifiers_for(logs, verifiers))
         plan, _ = ingest_task(warehouse, logs, verifiers)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:
