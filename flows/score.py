@@ -136,8 +136,8 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
     """Score rows (SCORE_SCHEMA) from sample keys and their results, in the same order.
 
     Args:
-        keys: run_id, sample_id, epoch and (optional) attempt columns, one row per result; a
-            missing or null attempt is written as 1 (`samples_to_score` gives the attempt a
+        keys: run_id, sample_id, epoch and attempt columns (`Samples.keys`), one row per
+            result; a null attempt is written as 1 (`samples_to_score` gives the attempt a
             grading must be written as).
         results: what the verifier gave, per key.
         scorer: the verifier's name.
@@ -152,7 +152,6 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
         # one scalar repeated: a list of 4,000 tz-aware datetimes costs Arrow ~50 ms to convert
         return pa.repeat(pa.scalar(value, SCORE_SCHEMA.field(name).type), n)
 
-    attempt = keys.column("attempt") if "attempt" in keys.column_names else None
     return pa.Table.from_pydict(
         {
             "run_id": keys.column("run_id"),
@@ -168,9 +167,7 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
             "metadata": list(cols[5]),
             "scored_at": same(datetime.now(UTC), "scored_at"),
             "duration_s": list(cols[6]),
-            "attempt": same(1, "attempt")
-            if attempt is None
-            else pc.fill_null(attempt.cast(pa.int32()), 1),
+            "attempt": pc.fill_null(keys.column("attempt").cast(pa.int32()), 1),
         },
         schema=SCORE_SCHEMA,
     )
