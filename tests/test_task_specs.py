@@ -334,3 +334,44 @@ def test_a_task_that_cannot_load_is_one_line_and_exit_2_before_anything_runs(
     assert line.startswith(f"error: {cfg}: tasks[1] (")
     assert spec.split("@")[-1] in line and why in line
     assert not (tmp_path / "logs").exists() and not (tmp_path / "gradebook.duckdb").exists()
+
+
+def test_a_bad_task_found_while_the_local_server_boots_stops_that_server(tmp_path):
+    # no PREFECT_API_URL: sweep starts its own server and checks tasks while it boots; the
+    # check fails, so the command is one line and exit 2, and no server is left running
+    import os
+    import subprocess
+    import sys
+
+    spec, why = _bad_specs(tmp_path)["missing @task name"]
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'name = "bad"\n[[models]]\nmodel = "mockllm/model"\n'
+        f'[[tasks]]\ntask = "{spec}"\nverifiers = ["math"]\n'
+    )
+    home = tmp_path / "prefect-home"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(home)
+    out = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "sweep", str(cfg)],
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert out.returncode == 2, out.stderr
+    (line,) = (out.stdout + out.stderr).strip().splitlines()
+    assert line.startswith(f"error: {cfg}: tasks[0] (") and why in line
+
+    # a process whose environment names this test's PREFECT_HOME (Linux's /proc)
+    marker = f"PREFECT_HOME={home}".encode()
+    left = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes().split(b"\0"):
+                left.append(environ.parent.name)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    assert left == []
+    assert not (tmp_path / "logs").exists()
