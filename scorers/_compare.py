@@ -113,7 +113,9 @@ def as_set(node: tuple) -> tuple | None:
             lo, hi, lo_closed, hi_closed = ("neg", oo), rhs, False, op == "<="
         else:
             lo, hi, lo_closed, hi_closed = rhs, oo, op == ">=", False
-    elif len(ops) == 2 and _is_variable(exprs[1]) and not is_name(exprs[0]):
+    elif len(ops) == 2 and _is_variable(exprs[1]) and not _mentions(exprs[0::2], exprs[1]):
+        # A two-sided chain is a condition on its middle name whatever the bounds are
+        # (-pi < t <= sqrt 5, a < x < b), as long as they do not involve that name.
         lhs = exprs[1]
         if set(ops) <= {"<", "<="}:
             lo, hi, lo_closed, hi_closed = exprs[0], exprs[2], ops[0] == "<=", ops[1] == "<="
@@ -138,6 +140,27 @@ def _is_variable(node: tuple) -> bool:
     if node[0] == "mul":
         return all(_is_variable(f) and f[0] != "func" for f in node[1])
     return node[0] == "sym" and node[1] not in ("oo", "pi")
+
+
+def _mentions(nodes: list[tuple], name: tuple) -> bool:
+    """Whether any of `nodes` uses a symbol of `name` (a plain name, see _is_variable)."""
+    names = {n[1] for n in _symbols(name)}
+    return any(s[1] in names for node in nodes for s in _symbols(node))
+
+
+def _symbols(node: object) -> list[tuple]:
+    out = []
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, tuple) and cur and isinstance(cur[0], str):
+            if cur[0] == "sym":
+                out.append(cur)
+            else:
+                stack.extend(cur[1:])
+        elif isinstance(cur, list):
+            stack.extend(cur)
+    return out
 
 
 def _abs_range(lo: tuple, hi: tuple, lo_closed: bool, hi_closed: bool) -> tuple | None:

@@ -87,6 +87,28 @@ RULES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
             ("x^2 \\in [1, 4]", "x \\in [1, 4]"),
         ],
     ),
+    "a two-sided chain on a plain name is its interval, whatever the bounds": (
+        [
+            ("-\\pi < t \\le \\sqrt{5}", "t \\in (-\\pi, \\sqrt{5}]"),
+            ("-\\pi < t \\le \\sqrt{5}", "(-\\pi, \\sqrt{5}]"),
+            ("\\sqrt{5} \\ge t > -\\pi", "(-\\pi, \\sqrt{5}]"),
+            ("-\\pi < t \\le \\sqrt{5}", "(-\\pi, 5^{1/2}]"),  # bounds equal, not identical
+            ("0 \\le \\theta < 2\\pi", "[0, 2\\pi)"),
+            ("\\frac{\\pi}{6} \\le x \\le \\frac{5\\pi}{6}", "x \\in [\\pi/6, 5\\pi/6]"),
+            ("e < x \\le \\pi", "(e, \\pi]"),
+            ("a < x < b", "(a, b)"),
+            ("-\\sqrt{2} < t \\le 3", "(-\\sqrt{2}, 3]"),  # already matched before
+        ],
+        [
+            ("-\\pi < t < \\sqrt{5}", "t \\in (-\\pi, \\sqrt{5}]"),  # closedness differs
+            ("-\\pi \\le t \\le \\sqrt{5}", "(-\\pi, \\sqrt{5}]"),
+            ("-\\pi < t \\le \\sqrt{6}", "(-\\pi, \\sqrt{5}]"),
+            ("\\pi < t \\le \\sqrt{5}", "(-\\pi, \\sqrt{5}]"),
+            ("-\\pi < t \\le \\sqrt{5}", "[-\\pi, \\sqrt{5})"),
+            ("-t < t < 3", "(-t, 3)"),  # a bound that involves the name: not a set of t
+            ("x < y < z", "(y, z)"),
+        ],
+    ),
     "equations up to a constant factor, inequalities up to a positive one": (
         [
             ("2y = 2x + 4", "y = x + 2"),
