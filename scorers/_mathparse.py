@@ -14,6 +14,7 @@ Tree nodes (tuples, first item is the kind):
     ("tuple", [nodes]) ("set", [nodes]) ("list", [nodes])   list = bare comma list
     ("interval", lo, hi, lo_closed, hi_closed) ("union", [nodes]) ("matrix", [[nodes]])
     ("rel", [ops], [nodes])      chained relation, ops in = < <= > >= != ~ in
+    ("percent", x)               x written with % (or "percent"): see scorers._compare
     ("ratio", [nodes])           a:b
     ("bigop", "sum"|"prod", var, lo, hi, body)   \\sum_{var=lo}^{hi} body, never evaluated
     ("text", words)              a textual answer, normalised
@@ -107,6 +108,9 @@ UNIT_WORDS = frozenset(
     year people persons students ways times points percent pct percentage mph kmh km/h
     """.split()
 )
+# Markers of a value written as a percentage: kept in the tree (not dropped like other units).
+PERCENT_WORDS = frozenset(("percent", "pct", "percentage"))
+
 FUNCTIONS = frozenset(
     """
     sin cos tan sec csc cot arcsin arccos arctan sinh cosh tanh log ln exp sqrt abs
@@ -359,7 +363,7 @@ class _Parser:
                 return
 
     def parse_relation(self) -> tuple:
-        first = self.parse_setexpr()
+        first = self.parse_value()
         ops: list[str] = []
         exprs = [first]
         while True:
@@ -369,8 +373,19 @@ class _Parser:
                 break
             self.next()
             ops.append(op)
-            exprs.append(self.parse_setexpr())
+            exprs.append(self.parse_value())
         return exprs[0] if not ops else ("rel", ops, exprs)
+
+    def parse_value(self) -> tuple:
+        """One side of a relation; `25\\%` is ("percent", 25): the mark applies to the whole
+        value written before it, as answers use it (`-5\\%`, `\\frac{1}{2}\\%`)."""
+        node = self.parse_setexpr()
+        kind, value = self.peek()
+        word = value if kind == "word" else _text_value(value) if kind == "text" else ""
+        if word.lower() in PERCENT_WORDS:
+            self.next()
+            return ("percent", node)
+        return node
 
     def parse_setexpr(self) -> tuple:
         parts = [self.parse_expr(0)]
