@@ -8,10 +8,10 @@ Math-Verify's test-suite), math/other_grader_tests.jsonl (54 labels from three o
 gsm8k/gsm8k_model_solutions_labeled.jsonl (5,276 real GSM8K solutions, end-to-end extraction).
 
 Extraction for the Math-Verify rows follows each row's `match_types`: "latex" maps to our
-final_answer/boxed/last_math/whole strategies, "expr" uses last_value (the later of the last
-math span and a bare number after it) and last_number. Labels we dispute are
-listed with the reason (DISPUTED below); agreement is reported on all labels and on the
-undisputed ones, and the bar is judged on the latter.
+final_answer/boxed/final_line/last_math/whole strategies, "expr" uses last_value (the later of
+the last math span and a bare number after it) and last_number. Labels we dispute are listed
+with the reason (DISPUTED below); agreement is reported on all labels and on the undisputed
+ones, and the bar is judged on the latter.
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ def patterns_for(match_types: object) -> list[str]:
     if "expr" in str(match_types) or "defaults" in str(match_types):
         # Math-Verify's expr extraction also reads bare numbers, and takes the rightmost
         # match among equally ranked ones: last_value is that rule for math spans vs numbers.
-        return ["answer_line", "final_answer", "boxed", "last_value", "whole", "last_number"]
-    return ["answer_line", "final_answer", "boxed", "last_math", "whole"]
+        return ["answer_line", "final_answer", "boxed", "final_line", "last_value", "whole",
+                "last_number"]  # fmt: skip
+    return ["answer_line", "final_answer", "boxed", "final_line", "last_math", "whole"]
 
 
 def ours(candidate: str, reference: str, match_types: object) -> bool:

@@ -149,11 +149,64 @@ _REL_OPS = {"=": "=", "==": "=", "<": "<", ">": ">", "<=": "<=", ">=": ">=", "=<
             "=>": ">=", "!=": "!="}  # fmt: skip
 
 
+# A final-answer heading before the value: "**Final Answer:**", "## Final Answer\n", "The answer
+# is", "Answer:" (a bare "Answer" only before a colon or a line break). Anchored and built from
+# literals and single classes, so matching is linear.
+HEADING = re.compile(
+    r"[\s#>*_]*(?:(?:the\s+)?final\s+answer(?:\s+is)?|(?:the\s+)?answer\s+is"
+    r"|answer(?=[ \t*_]*(?::|\n)))(?![a-zA-Z0-9])[\s*_:]*",
+    re.IGNORECASE,
+)
+# Display math around the whole value; inline \( \) only on one line, as inline math is.
+_DISPLAY = (("\\[", "\\]"), ("\\(", "\\)"))
+# First and last characters of anything strip_presentation removes.
+_MAY_OPEN = frozenset("#>*_\\$tTfFaA")
+_MAY_CLOSE = frozenset("*_.$])")
+
+
+def strip_presentation(text: str) -> str:
+    """The value inside its presentation: a final-answer heading, emphasis (`**17**`, `__17__`)
+    and display-math delimiters (`\\[ … \\]`, `$$ … $$`) around it are not part of the answer.
+
+    Only wrappers at the ends are removed: each pass costs one look at both ends, and a few passes
+    peel nested wrappers (`**Final Answer:** **$17$**`). Emphasis inside the value is kept.
+    """
+    s = text.strip()
+    if s[:1] not in _MAY_OPEN and s[-1:] not in _MAY_CLOSE:
+        return s  # the common case (a plain number or expression), at the cost of two lookups
+    for _ in range(6):
+        before = s
+        m = HEADING.match(s)
+        if m and m.end() < len(s):
+            s = s[m.end() :]
+        if s[-1:] == "." and s[-2:-1] in ("*", "_", "$", "]", ")"):
+            s = s[:-1].rstrip()
+        # Emphasis markers: a run of * or _ can neither start nor end a math answer, except
+        # after ^ or a backslash (z^*, \_).
+        s = s.lstrip("*_")
+        end = len(s)
+        while end > 0 and s[end - 1] in "*_":
+            end -= 1
+        if end < len(s) and (end == 0 or s[end - 1] not in "^\\"):
+            s = s[:end]
+        s = s.strip()
+        for open_, close in _DISPLAY:
+            if s.startswith(open_) and s.endswith(close) and len(s) >= 4:
+                if open_ == "\\(" and "\n" in s:
+                    continue
+                s = s[2:-2].strip()
+        if s.startswith("$") and s.endswith("$"):
+            s = s.strip("$").strip()
+        if s == before:
+            break
+    return s
+
+
 def normalize(text: str) -> str:
-    """Remove formatting noise (delimiters, spacing commands, currency, degree signs)."""
+    """Remove formatting noise (presentation, delimiters, spacing commands, currency, degrees)."""
     if len(text) > MAX_CHARS:
         raise LimitExceeded(f"answer longer than {MAX_CHARS} characters")
-    s = _unbox(text.translate(_UNICODE).strip())
+    s = strip_presentation(_unbox(strip_presentation(text.translate(_UNICODE))))
     for pattern, repl in _PRE_SUBS:
         s = pattern.sub(repl, s)
     s = s.strip()
