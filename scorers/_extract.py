@@ -252,8 +252,10 @@ def _final_line(text: str) -> str | None:
         m = _AFTER_ANSWER.match(line, at + len("answer"))
         if m:
             stop = _STATEMENT_END.search(line, m.end())  # "17. I hope it is correct"
-            value = line[m.end() : stop.start() if stop else len(line)]
-            return _stated_value(value, headed=":" in m.group())
+            end = stop.start() if stop else len(line)
+            if any(c.isdigit() for c in line[end:]):
+                return None  # "The answer is 17. Or maybe 18.": a hedge or a correction
+            return _stated_value(line[m.end() : end], headed=":" in m.group())
     for marker in ("**", "__"):
         inner = line[len(marker) : -len(marker)].strip(marker[0])
         if line.startswith(marker) and line.endswith(marker) and marker not in inner:

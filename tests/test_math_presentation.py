@@ -58,6 +58,8 @@ NOT_EXTRACTED = [
     "**Answer verified.**",
     "Let us compute the answer\n$$ 3 + 4 = 7 $$",  # a display block after prose, not a heading
     "the answer is 17 because 3 + 14 = 17",
+    "The answer is 17. Or maybe 18.",  # a hedge after the statement
+    "The answer is 17. Wait, no: it is 18.",
 ]
 
 
