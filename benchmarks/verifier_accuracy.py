@@ -5,13 +5,17 @@ Inspect's built-in math() scorer, in one run.
 
 Data (read from ../shared/data, never copied): math/math_verify_tests.jsonl (270 labels from
 Math-Verify's test-suite), math/other_grader_tests.jsonl (54 labels from three other graders),
-gsm8k/gsm8k_model_solutions_labeled.jsonl (5,276 real GSM8K solutions, end-to-end extraction).
+gsm8k/gsm8k_model_solutions_labeled.jsonl (5,276 real GSM8K solutions, end-to-end extraction),
+math/math500_test.jsonl (each reference solution's final answer against its reference answer, and
+a perturbed answer -- a digit changed, or "+1" -- that must stay unequal). The percentage policy
+is checked on every plain-number reference of GSM8K and MATH-500: r% and (100 r)% must equal r;
+r/100 and 100 r without %, (r/100)% and (10000 r)% must not.
 
 Extraction for the Math-Verify rows follows each row's `match_types`: "latex" maps to our
-final_answer/boxed/last_math/whole strategies, "expr" uses last_value (the later of the last
-math span and a bare number after it) and last_number. Labels we dispute are
-listed with the reason (DISPUTED below); agreement is reported on all labels and on the
-undisputed ones, and the bar is judged on the latter.
+final_answer/boxed/final_line/last_math/whole strategies, "expr" uses last_value (the later of
+the last math span and a bare number after it) and last_number. Labels we dispute are listed
+with the reason (DISPUTED below); agreement is reported on all labels and on the undisputed
+ones, and the bar is judged on the latter.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import Row, emit  # noqa: E402
+from benchmarks.verifier_speed import perturb  # noqa: E402
 from scorers.math import extract_answer, verify, warm_up  # noqa: E402
 from tasks.math import GSM8K_PATTERNS  # noqa: E402
 
@@ -46,7 +53,7 @@ DISPUTED = {
 
 
 def dispute_reason(row: dict) -> str | None:
-    key = row["source"].split("::", 1)[-1].split(" (", 1)[0]
+    key = row.get("source", "").split("::", 1)[-1].split(" (", 1)[0]
     if key in DISPUTED and DISPUTED[key]:
         return DISPUTED[key]
     if row.get("float_rounding", 6) < 6 and row["equivalent"]:
@@ -71,8 +78,9 @@ def patterns_for(match_types: object) -> list[str]:
     if "expr" in str(match_types) or "defaults" in str(match_types):
         # Math-Verify's expr extraction also reads bare numbers, and takes the rightmost
         # match among equally ranked ones: last_value is that rule for math spans vs numbers.
-        return ["answer_line", "final_answer", "boxed", "last_value", "whole", "last_number"]
-    return ["answer_line", "final_answer", "boxed", "last_math", "whole"]
+        return ["answer_line", "final_answer", "boxed", "final_line", "last_value", "whole",
+                "last_number"]  # fmt: skip
+    return ["answer_line", "final_answer", "boxed", "final_line", "last_math", "whole"]
 
 
 def ours(candidate: str, reference: str, match_types: object) -> bool:
@@ -128,6 +136,58 @@ def inspect_math_fn() -> Callable[[dict], bool]:
     return run
 
 
+def math500_fn(row: dict) -> bool:
+    """Math-Verify on a MATH-500 pair: its default extraction from the solution."""
+    from math_verify import parse
+    from math_verify import verify as mv_verify
+
+    return bool(mv_verify(parse(f"${row['reference']}$"), parse(row["candidate"])))
+
+
+def math500_pairs(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(solution vs its answer: all equal; perturbed answer vs answer: all unequal)."""
+    same = [{"candidate": r["solution"], "reference": r["answer"], "equivalent": True}
+            for r in rows]  # fmt: skip
+    perturbed = [
+        {"candidate": f"${perturb(r['answer'])}$", "reference": r["answer"], "equivalent": False}
+        for r in rows
+        if perturb(r["answer"]) != r["answer"]
+    ]
+    return same, perturbed
+
+
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _decimal(value: Fraction) -> str | None:
+    """`value` as a terminating decimal string, or None (1/3 has none)."""
+    for places in range(0, 13):
+        scaled = value * 10**places
+        if scaled.denominator == 1:
+            digits = str(abs(scaled.numerator)).rjust(places + 1, "0")
+            body = digits if places == 0 else f"{digits[:-places]}.{digits[-places:]}"
+            return ("-" if value < 0 else "") + body
+    return None
+
+
+def percent_pairs(references: list[str]) -> list[dict]:
+    """The percentage policy on real references r != 0: a value written with % equals that
+    number and that number / 100, nothing else."""
+    out = []
+    for ref in dict.fromkeys(references):
+        if not _PLAIN_NUMBER.fullmatch(ref) or Fraction(ref) == 0:
+            continue
+        r = Fraction(ref)
+        for value, pct, equal in ((r, True, True), (100 * r, True, True), (r / 100, False, False),
+                                  (100 * r, False, False), (r / 100, True, False),
+                                  (10_000 * r, True, False)):  # fmt: skip
+            text = _decimal(value)
+            if text is not None:
+                cand = f"{text}\\%" if pct else text
+                out.append({"candidate": cand, "reference": ref, "equivalent": equal})
+    return out
+
+
 def tally(rows: list[dict], decide: Callable[[dict], bool], *, strict: bool = False) -> dict:
     """Agreement counts; `strict` (our verifier, which must never raise) lets errors through."""
     agree = fp = fn = 0
@@ -167,8 +227,10 @@ def main() -> None:
     mv_rows = [json.loads(x) for x in (DATA / "math/math_verify_tests.jsonl").open()]
     other_rows = [json.loads(x) for x in (DATA / "math/other_grader_tests.jsonl").open()]
     gsm_rows = [json.loads(x) for x in (DATA / "gsm8k/gsm8k_model_solutions_labeled.jsonl").open()]
+    m500 = [json.loads(x) for x in (DATA / "math/math500_test.jsonl").open()]
     if args.quick:
         gsm_rows = gsm_rows[:500]
+        m500 = m500[:120]
 
     graders: dict[str, Callable[[dict], bool]] = {
         "gradebook": lambda r: ours(r["candidate"], r["reference"], r.get("match_types")),
@@ -220,6 +282,27 @@ def main() -> None:
     rows.append(Row(f"gradebook: GSM8K end-to-end ({gsm['n']} solutions)",
                     100 * gsm["agree"] / gsm["n"], "%", "upstream exact-match label", 100.0,
                     gsm["agree"] / gsm["n"], "reported", True))  # fmt: skip
+    m500_same, m500_perturbed = math500_pairs(m500)
+    ours_m500 = lambda r: verify(extract_answer(r["candidate"]), r["reference"]).equal  # noqa: E731
+    m500_res = {}
+    for label, pairs in (("solutions' answers", m500_same), ("perturbed answers", m500_perturbed)):
+        res, mv_res = tally(pairs, ours_m500, strict=True), tally(pairs, math500_fn)
+        m500_res[f"MATH-500 {label}"] = res
+        rows.append(Row(f"gradebook: MATH-500 {label} ({res['n']}), agreement",
+                        100 * res["agree"] / res["n"], "%", "math-verify",
+                        100 * mv_res["agree"] / res["n"], res["agree"] / max(mv_res["agree"], 1),
+                        "reported", True))  # fmt: skip
+        rows.append(Row(f"gradebook: MATH-500 {label}, false positives", res["fp"], "pairs",
+                        "math-verify", mv_res["fp"], res["fp"] / max(mv_res["fp"], 1), "0",
+                        res["fp"] == 0))  # fmt: skip
+    pct = percent_pairs([r["reference"] for r in gsm_rows] + [r["answer"] for r in m500])
+    pct_res = tally(pct, lambda r: verify(r["candidate"], r["reference"]).equal, strict=True)
+    rows.append(Row(f"gradebook: percentage policy ({pct_res['n']} variants), agreement",
+                    100 * pct_res["agree"] / pct_res["n"], "%", "the documented rule", 100.0,
+                    pct_res["agree"] / pct_res["n"], "100%",
+                    pct_res["agree"] == pct_res["n"]))  # fmt: skip
+    rows.append(Row("gradebook: percentage policy, false positives", pct_res["fp"], "pairs",
+                    "the documented rule", 0, pct_res["fp"], "0", pct_res["fp"] == 0))  # fmt: skip
     emit("math verifier accuracy", rows, args.json)
 
     print("\nLabels we dispute (gradebook's verdict differs; reason):")
@@ -254,6 +337,11 @@ def main() -> None:
     for i, row, got in other["gradebook"]["wrong"]:
         print(f"  [{i}] {row['candidate']!r} vs {row['reference']!r}: label={row['equivalent']} "
               f"ours={got} ({row['source'].split('@')[0]})")  # fmt: skip
+    print("\nMATH-500 and percentage-policy pairs we grade differently from their label:")
+    for name, res in [*m500_res.items(), ("percentage", pct_res)]:
+        for i, row, got in res["wrong"]:
+            print(f"  {name} [{i}] {row['candidate'][-60:]!r} vs {row['reference'][-40:]!r}: "
+                  f"label={row['equivalent']} ours={got}")  # fmt: skip
     if args.show_disagreements:
         for i, row, got in gsm["wrong"][:20]:
             print(f"  gsm8k[{i}] label={row['equivalent']} ours={got} ref={row['reference']}")

@@ -40,7 +40,9 @@ def has_kind(node: object, kinds: set[str]) -> bool:
 
 def is_name(node: tuple) -> bool:
     """A left-hand side that names the answer (x, f(x), (p,q), |AB|, V_1:V_2), not a value."""
-    return node[0] not in ("rel", "text", "num") and not has_kind(node, {"num", "rel", "text"})
+    return node[0] not in ("rel", "text", "num", "percent") and not has_kind(
+        node, {"num", "rel", "text", "percent"}
+    )
 
 
 def reduce_relation(node: tuple) -> tuple:
@@ -70,7 +72,7 @@ def reduce_relation(node: tuple) -> tuple:
     return ("rel", ["="], exprs)
 
 
-_ARITHMETIC = {"num", "add", "mul", "neg", "div", "pow", "fact", "func"}
+_ARITHMETIC = {"num", "add", "mul", "neg", "div", "pow", "fact", "func", "percent"}
 
 
 def is_constant(node: tuple) -> bool:
@@ -113,7 +115,9 @@ def as_set(node: tuple) -> tuple | None:
             lo, hi, lo_closed, hi_closed = ("neg", oo), rhs, False, op == "<="
         else:
             lo, hi, lo_closed, hi_closed = rhs, oo, op == ">=", False
-    elif len(ops) == 2 and _is_variable(exprs[1]) and not is_name(exprs[0]):
+    elif len(ops) == 2 and _is_variable(exprs[1]) and not _mentions(exprs[0::2], exprs[1]):
+        # A two-sided chain is a condition on its middle name whatever the bounds are
+        # (-pi < t <= sqrt 5, a < x < b), as long as they do not involve that name.
         lhs = exprs[1]
         if set(ops) <= {"<", "<="}:
             lo, hi, lo_closed, hi_closed = exprs[0], exprs[2], ops[0] == "<=", ops[1] == "<="
@@ -138,6 +142,27 @@ def _is_variable(node: tuple) -> bool:
     if node[0] == "mul":
         return all(_is_variable(f) and f[0] != "func" for f in node[1])
     return node[0] == "sym" and node[1] not in ("oo", "pi")
+
+
+def _mentions(nodes: list[tuple], name: tuple) -> bool:
+    """Whether any of `nodes` uses a symbol of `name` (a plain name, see _is_variable)."""
+    names = {n[1] for n in _symbols(name)}
+    return any(s[1] in names for node in nodes for s in _symbols(node))
+
+
+def _symbols(node: object) -> list[tuple]:
+    out = []
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, tuple) and cur and isinstance(cur[0], str):
+            if cur[0] == "sym":
+                out.append(cur)
+            else:
+                stack.extend(cur[1:])
+        elif isinstance(cur, list):
+            stack.extend(cur)
+    return out
 
 
 def _abs_range(lo: tuple, hi: tuple, lo_closed: bool, hi_closed: bool) -> tuple | None:
@@ -215,6 +240,8 @@ class Comparator:
         ka, kb = a[0], b[0]
         if ka == "rel" or kb == "rel":
             return self._relation_vs(a, b)
+        if ka == "percent" or kb == "percent":
+            return self._percent(a, b)
         if ka == "union" or kb == "union":
             pa = a[1] if ka == "union" else [a]
             pb = b[1] if kb == "union" else [b]
@@ -238,6 +265,16 @@ class Comparator:
         if has_kind(a, {"pm"}) or has_kind(b, {"pm"}):
             return self._pm(a, b)
         return self.leaf_equal(a, b)
+
+    def _percent(self, a: tuple, b: tuple) -> bool:
+        """A value written with % equals that number and that number / 100, nothing else:
+        25% = 25 = 1/4, but 0.25 != 25 (no % written) and 25% != 0.25% (both written)."""
+        if a[0] == "percent" and b[0] == "percent":
+            return self.equal(a[1], b[1])
+        pct, other = (a, b) if a[0] == "percent" else (b, a)
+        return self.equal(pct[1], other) or self.equal(
+            ("div", pct[1], ("num", Fraction(100))), other
+        )
 
     def _pm(self, a: tuple, b: tuple) -> bool:
         va = expand_pm(a) if a[0] not in ("list", "set") else a[1]
@@ -291,6 +328,8 @@ class Comparator:
 
     def _relation_vs(self, a: tuple, b: tuple) -> bool:
         if a[0] == "rel" and b[0] == "rel":
+            if _same_name_equation(a, b) and self.equal(a[2][1], b[2][1]):
+                return True  # x = A against x = B with A = B (25% against 1/4, say)
             if self._relations_equal(a, b):
                 return True
             sa, sb = as_set(a), as_set(b)
@@ -329,6 +368,15 @@ class Comparator:
     def ratio_sign(self, a: tuple, b: tuple) -> int | None:
         """Sign of the constant a/b, or None when a/b is not a nonzero constant."""
         raise NotImplementedError
+
+
+def _same_name_equation(a: tuple, b: tuple) -> bool:
+    return (
+        a[1] == b[1] == ["="]
+        and len(a[2]) == len(b[2]) == 2
+        and a[2][0] == b[2][0]
+        and is_name(a[2][0])
+    )
 
 
 def _normal_relations(node: tuple) -> list[tuple[str, tuple]] | None:
@@ -377,6 +425,8 @@ def exact_value(node: tuple) -> Fraction:
         return out
     if kind == "neg":
         return -exact_value(node[1])
+    if kind == "percent":  # inside arithmetic, % is / 100
+        return exact_value(node[1]) / 100
     if kind == "div":
         den = exact_value(node[2])
         if den == 0:

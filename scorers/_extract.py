@@ -5,13 +5,20 @@ Strategies are tried in order and the first that finds something wins. Built-in 
     boxed         the last balanced \\boxed{...} / \\fbox{...}; boxes separated only by
                   "and"/"or"/commas are joined into one list answer, so hedges stay visible
     gsm8k         the last `#### <value>` line
-    final_answer  "Final Answer: The final answer is X. I hope it is correct."
+    final_answer  "Final Answer: The final answer is X. I hope it is correct."; a display block
+                  (\\[ ... \\] or $$ ... $$) right after the heading is the value
+    final_line    the value the last line states: after "answer is" / "answer:" (`**Final
+                  Answer:** **17**`, `The answer is __17__`), the whole line in bold
+                  (`**17**`), or a display block after a final-answer heading; never a bold
+                  number inside other prose
     last_math     the last $...$, $$...$$, \\(...\\) or \\[...\\] span (joined like boxes)
     last_value    like last_math, but a bare number written after the last span wins
                   ("... $x=3$ ... Therefore there are 12 ways." -> 12); None without spans
     whole         the entire text, when it is short and parses as an answer by itself
     last_number   the last number (or simple fraction) in the text
 Any other string is a regular expression with one group, matched line by line from the end.
+Whatever a strategy finds is returned without its presentation (scorers._mathparse's
+`strip_presentation`: heading, emphasis markers, display delimiters around the value).
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from scorers._mathparse import UNIT_WORDS
+from scorers._mathparse import HEADING, UNIT_WORDS, strip_presentation
 
-DEFAULT_PATTERNS: tuple[str, ...] = ("answer_line", "boxed", "gsm8k")
+DEFAULT_PATTERNS: tuple[str, ...] = ("answer_line", "boxed", "gsm8k", "final_line")
 # Tail scanned by the free-text strategies: a final answer sits at the end of a completion,
 # and a bounded window keeps lazy matching linear even on megabyte inputs.
 TAIL_CHARS = 20_000
@@ -35,8 +42,9 @@ _GSM8K = re.compile(r"^[ \t]*####[ \t]*(\S.*)$", re.MULTILINE)
 _MATH_SPAN = re.compile(
     r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\(([^\n]+?)\\\)|(?<!\\)\$((?:[^$\n\\]|\\.)+?)\$", re.DOTALL
 )
+# Not inside a word or a number, nor a subscript (x_1); `__17__` (emphasis) is the number 17.
 _NUMBER = re.compile(
-    r"(?<![A-Za-z_])-?(?:\d{1,3}(?: \d{3})+(?!\d)|\d[\d,]*(?:\.\d+)?|\.\d+)(?:[ \t]*/[ \t]*\d+(?:\.\d+)?)?"
+    r"(?<![A-Za-z\d])(?<![A-Za-z\d]_)-?(?:\d{1,3}(?: \d{3})+(?!\d)|\d[\d,]*(?:\.\d+)?|\.\d+)(?:[ \t]*/[ \t]*\d+(?:\.\d+)?)?"
 )
 _PROSE_WORD = re.compile(
     r"(?<![\\a-zA-Z])(?!(?:and|or|sin|cos|tan|sec|csc|cot|log|exp|sqrt|frac|pi)\b)[a-zA-Z]{3,}"
@@ -56,6 +64,10 @@ _NUMBER_WORDS = frozenset(
     ninety hundred thousand million billion half third quarter twice double triple once
     """.split()
 )
+# After "answer" on the final line: "is" or a colon, with emphasis markers around them.
+_AFTER_ANSWER = re.compile(r"[ \t*_]*(?:(?<=[ \t])is|:)(?![a-zA-Z0-9])[ \t*_:]*", re.IGNORECASE)
+# The end of the sentence stating the answer ("3! \\times 5!" is not one).
+_STATEMENT_END = re.compile(r"[.?](?=\s)|!(?=\s+[A-Z])")
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 _BOX_GAP_WORDS = re.compile(r"\b(?:and|or)\b|[,;]", re.IGNORECASE)
 _GAP_CONTENT = re.compile(r"[A-Za-z0-9=<>]")
@@ -70,8 +82,10 @@ def extract_answer(text: str, patterns: Sequence[str] = DEFAULT_PATTERNS) -> str
     """
     for pattern in patterns:
         found = _STRATEGIES[pattern](text) if pattern in _STRATEGIES else _regex(text, pattern)
-        if found is not None and found.strip():
-            return found.strip()
+        if found is not None:
+            found = strip_presentation(found)
+            if found:
+                return found
     return None
 
 
@@ -189,7 +203,10 @@ def _final_answer(text: str) -> str | None:
     at = tail.lower().rfind("final answer")
     if at < 0:
         return None
-    seg = tail[at + len("final answer") :].lstrip(" \t\n:*#")
+    seg = tail[at + len("final answer") :].lstrip(" \t\n:*#_")
+    block = _display_block(seg)
+    if block is not None:  # "## Final Answer\n\\[\n x \\ge 3\n\\]"
+        return _boxed(block) or block
     seg = seg.split("\n", 1)[0].split("<|", 1)[0]
     hope = seg.lower().find("i hope it is correct")
     if hope >= 0:
@@ -205,6 +222,75 @@ def _final_answer(text: str) -> str | None:
         return _join(seg, spans)
     value = seg.strip().rstrip(".")
     return _sole_number(value) or value
+
+
+def _display_block(seg: str) -> str | None:
+    """The content of a display block (`\\[ … \\]`, `$$ … $$`) that `seg` starts with."""
+    for open_, close in (("\\[", "\\]"), ("$$", "$$")):
+        if seg.startswith(open_):
+            end = seg.find(close, len(open_), MAX_BOX_CHARS)
+            return seg[len(open_) : end] if end > 0 else None
+    return None
+
+
+def _final_line(text: str) -> str | None:
+    """The value the last non-empty line states as the answer.
+
+    Either after "answer is" / "answer:" on that line (a final-answer heading such as
+    `**Final Answer:** **17**`, or "So the answer is __17__."), or as the whole line in bold
+    (`**17**`, after a verification paragraph full of other numbers). A bold number inside other
+    prose ("we found **3** cases, so the total is 12") is never taken. A value in words goes
+    through the `final_answer` rule: one number and no qualifier ("not 17", "about 17").
+    """
+    tail = text[-TAIL_CHARS:].rstrip()
+    block = _final_block(tail)
+    if block is not None:
+        return block
+    line = tail[tail.rfind("\n") + 1 :].strip().rstrip(".!").rstrip()
+    at = line.lower().rfind("answer")
+    if at >= 0 and (at == 0 or not line[at - 1].isalnum()):
+        m = _AFTER_ANSWER.match(line, at + len("answer"))
+        if m:
+            stop = _STATEMENT_END.search(line, m.end())  # "17. I hope it is correct"
+            end = stop.start() if stop else len(line)
+            if any(c.isdigit() for c in line[end:]):
+                return None  # "The answer is 17. Or maybe 18.": a hedge or a correction
+            return _stated_value(line[m.end() : end], headed=":" in m.group())
+    for marker in ("**", "__"):
+        inner = line[len(marker) : -len(marker)].strip(marker[0])
+        if line.startswith(marker) and line.endswith(marker) and marker not in inner:
+            return _stated_value(line)
+    return None
+
+
+def _final_block(tail: str) -> str | None:
+    """A display block ending the text right after a final-answer heading:
+    "**Final Answer**\n$$x \\ge 3$$", "## Final Answer\n\\[\n x \\ge 3\n\\]"."""
+    for open_, close in (("\\[", "\\]"), ("$$", "$$")):
+        if not tail.endswith(close):
+            continue
+        start = tail.rfind(open_, max(0, len(tail) - MAX_BOX_CHARS), len(tail) - len(close))
+        if start < 0:
+            continue
+        before = tail[:start].rstrip()
+        head = before[before.rfind("\n") + 1 :]
+        lead = head.rstrip(" \t*_").lower()
+        if HEADING.fullmatch(head) or lead.endswith(("answer is", "answer:", "answer is:")):
+            return tail[start + len(open_) : len(tail) - len(close)].strip() or None
+    return None
+
+
+def _stated_value(written: str, *, headed: bool = False) -> str | None:
+    value = strip_presentation(written)
+    words = [w for w in _PROSE_WORD.findall(value) if w.lower() not in UNIT_WORDS]
+    if not words:
+        return value or None
+    if any(c.isdigit() for c in value):
+        return _sole_number(value)
+    # One word in bold or after "Answer:" is an answer ("**odd**"); after "the answer is" it
+    # rarely is ("the answer is correct"), and a sentence without a number is not.
+    marked = headed or written.rstrip().endswith(("**", "__"))
+    return value if marked and len(value.split()) == 1 else None
 
 
 def _sole_number(sentence: str) -> str | None:
@@ -290,6 +376,7 @@ _STRATEGIES = {
     "boxed": _boxed,
     "gsm8k": _gsm8k,
     "final_answer": _final_answer,
+    "final_line": _final_line,
     "last_math": _last_math,
     "last_value": _last_value,
     "last_number": _last_number,

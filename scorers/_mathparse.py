@@ -14,6 +14,7 @@ Tree nodes (tuples, first item is the kind):
     ("tuple", [nodes]) ("set", [nodes]) ("list", [nodes])   list = bare comma list
     ("interval", lo, hi, lo_closed, hi_closed) ("union", [nodes]) ("matrix", [[nodes]])
     ("rel", [ops], [nodes])      chained relation, ops in = < <= > >= != ~ in
+    ("percent", x)               x written with % (or "percent"): see scorers._compare
     ("ratio", [nodes])           a:b
     ("bigop", "sum"|"prod", var, lo, hi, body)   \\sum_{var=lo}^{hi} body, never evaluated
     ("text", words)              a textual answer, normalised
@@ -107,6 +108,9 @@ UNIT_WORDS = frozenset(
     year people persons students ways times points percent pct percentage mph kmh km/h
     """.split()
 )
+# Markers of a value written as a percentage: kept in the tree (not dropped like other units).
+PERCENT_WORDS = frozenset(("percent", "pct", "percentage"))
+
 FUNCTIONS = frozenset(
     """
     sin cos tan sec csc cot arcsin arccos arctan sinh cosh tanh log ln exp sqrt abs
@@ -145,11 +149,64 @@ _REL_OPS = {"=": "=", "==": "=", "<": "<", ">": ">", "<=": "<=", ">=": ">=", "=<
             "=>": ">=", "!=": "!="}  # fmt: skip
 
 
+# A final-answer heading before the value: "**Final Answer:**", "## Final Answer\n", "The answer
+# is", "Answer:" (a bare "Answer" only before a colon or a line break). Anchored and built from
+# literals and single classes, so matching is linear.
+HEADING = re.compile(
+    r"[\s#>*_]*(?:(?:the\s+)?final\s+answer(?:\s+is)?|(?:the\s+)?answer\s+is"
+    r"|answer(?=[ \t*_]*(?::|\n)))(?![a-zA-Z0-9])[\s*_:]*",
+    re.IGNORECASE,
+)
+# Display math around the whole value; inline \( \) only on one line, as inline math is.
+_DISPLAY = (("\\[", "\\]"), ("\\(", "\\)"))
+# First and last characters of anything strip_presentation removes.
+_MAY_OPEN = frozenset("#>*_\\$tTfFaA")
+_MAY_CLOSE = frozenset("*_.$])")
+
+
+def strip_presentation(text: str) -> str:
+    """The value inside its presentation: a final-answer heading, emphasis (`**17**`, `__17__`)
+    and display-math delimiters (`\\[ … \\]`, `$$ … $$`) around it are not part of the answer.
+
+    Only wrappers at the ends are removed: each pass costs one look at both ends, and a few passes
+    peel nested wrappers (`**Final Answer:** **$17$**`). Emphasis inside the value is kept.
+    """
+    s = text.strip()
+    if s[:1] not in _MAY_OPEN and s[-1:] not in _MAY_CLOSE:
+        return s  # the common case (a plain number or expression), at the cost of two lookups
+    for _ in range(6):
+        before = s
+        m = HEADING.match(s)
+        if m and m.end() < len(s):
+            s = s[m.end() :]
+        if s[-1:] == "." and s[-2:-1] in ("*", "_", "$", "]", ")"):
+            s = s[:-1].rstrip()
+        # Emphasis markers: a run of * or _ can neither start nor end a math answer, except
+        # after ^ or a backslash (z^*, \_).
+        s = s.lstrip("*_")
+        end = len(s)
+        while end > 0 and s[end - 1] in "*_":
+            end -= 1
+        if end < len(s) and (end == 0 or s[end - 1] not in "^\\"):
+            s = s[:end]
+        s = s.strip()
+        for open_, close in _DISPLAY:
+            if s.startswith(open_) and s.endswith(close) and len(s) >= 4:
+                if open_ == "\\(" and "\n" in s:
+                    continue
+                s = s[2:-2].strip()
+        if s.startswith("$") and s.endswith("$"):
+            s = s.strip("$").strip()
+        if s == before:
+            break
+    return s
+
+
 def normalize(text: str) -> str:
-    """Remove formatting noise (delimiters, spacing commands, currency, degree signs)."""
+    """Remove formatting noise (presentation, delimiters, spacing commands, currency, degrees)."""
     if len(text) > MAX_CHARS:
         raise LimitExceeded(f"answer longer than {MAX_CHARS} characters")
-    s = _unbox(text.translate(_UNICODE).strip())
+    s = strip_presentation(_unbox(strip_presentation(text.translate(_UNICODE))))
     for pattern, repl in _PRE_SUBS:
         s = pattern.sub(repl, s)
     s = s.strip()
@@ -359,7 +416,7 @@ class _Parser:
                 return
 
     def parse_relation(self) -> tuple:
-        first = self.parse_setexpr()
+        first = self.parse_value()
         ops: list[str] = []
         exprs = [first]
         while True:
@@ -369,8 +426,19 @@ class _Parser:
                 break
             self.next()
             ops.append(op)
-            exprs.append(self.parse_setexpr())
+            exprs.append(self.parse_value())
         return exprs[0] if not ops else ("rel", ops, exprs)
+
+    def parse_value(self) -> tuple:
+        """One side of a relation; `25\\%` is ("percent", 25): the mark applies to the whole
+        value written before it, as answers use it (`-5\\%`, `\\frac{1}{2}\\%`)."""
+        node = self.parse_setexpr()
+        kind, value = self.peek()
+        word = value if kind == "word" else _text_value(value) if kind == "text" else ""
+        if word.lower() in PERCENT_WORDS:
+            self.next()
+            return ("percent", node)
+        return node
 
     def parse_setexpr(self) -> tuple:
         parts = [self.parse_expr(0)]

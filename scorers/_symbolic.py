@@ -60,6 +60,8 @@ def to_sympy(node: tuple, bound: frozenset[str] = frozenset()) -> sympy.Basic:
         return -to_sympy(node[1], bound)
     if kind == "div":
         return to_sympy(node[1], bound) / to_sympy(node[2], bound)
+    if kind == "percent":
+        return to_sympy(node[1], bound) / 100
     if kind == "pow":
         base, exp = to_sympy(node[1], bound), to_sympy(node[2], bound)
         if exp.is_Number and abs(exp) > MAX_EXPONENT and base not in (0, 1, -1):

@@ -224,7 +224,7 @@ register(
         grade=grade_math,
         module="scorers.math",
         params={"timeout_s": DEFAULT_TIMEOUT_S, "answer_patterns": list(DEFAULT_PATTERNS)},
-        label="exact rational + sympy equivalence of the final answer (ANSWER:/boxed/####)",
+        label="exact rational + sympy equivalence of the final answer (ANSWER:/boxed/####/last line)",
         helpers=(_SYMBOLIC_MODULES,),
     )
 )

@@ -87,6 +87,59 @@ RULES: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
             ("x^2 \\in [1, 4]", "x \\in [1, 4]"),
         ],
     ),
+    "a two-sided chain on a plain name is its interval, whatever the bounds": (
+        [
+            ("-\\pi < t \\le \\sqrt{5}", "t \\in (-\\pi, \\sqrt{5}]"),
+            ("-\\pi < t \\le \\sqrt{5}", "(-\\pi, \\sqrt{5}]"),
+            ("\\sqrt{5} \\ge t > -\\pi", "(-\\pi, \\sqrt{5}]"),
+            ("-\\pi < t \\le \\sqrt{5}", "(-\\pi, 5^{1/2}]"),  # bounds equal, not identical
+            ("0 \\le \\theta < 2\\pi", "[0, 2\\pi)"),
+            ("\\frac{\\pi}{6} \\le x \\le \\frac{5\\pi}{6}", "x \\in [\\pi/6, 5\\pi/6]"),
+            ("e < x \\le \\pi", "(e, \\pi]"),
+            ("a < x < b", "(a, b)"),
+            ("-\\sqrt{2} < t \\le 3", "(-\\sqrt{2}, 3]"),  # already matched before
+        ],
+        [
+            ("-\\pi < t < \\sqrt{5}", "t \\in (-\\pi, \\sqrt{5}]"),  # closedness differs
+            ("-\\pi \\le t \\le \\sqrt{5}", "(-\\pi, \\sqrt{5}]"),
+            ("-\\pi < t \\le \\sqrt{6}", "(-\\pi, \\sqrt{5}]"),
+            ("\\pi < t \\le \\sqrt{5}", "(-\\pi, \\sqrt{5}]"),
+            ("-\\pi < t \\le \\sqrt{5}", "[-\\pi, \\sqrt{5})"),
+            ("-t < t < 3", "(-t, 3)"),  # a bound that involves the name: not a set of t
+            ("x < y < z", "(y, z)"),
+        ],
+    ),
+    "a value written with % is that number or that number / 100, nothing else": (
+        [
+            ("25\\%", "25"),
+            ("25\\%", "0.25"),
+            ("25\\%", "\\frac{1}{4}"),
+            ("12.5\\%", "0.125"),
+            ("-5\\%", "-0.05"),
+            ("\\frac{1}{2}\\%", "0.005"),
+            ("28 percent", "28\\%"),
+            ("28 pct", "0.28"),
+            ("25\\% \\text{ of the class}", "0.25"),
+            ("\\text{25\\%}", "1/4"),
+            ("(10\\%, 20\\%)", "(0.1, 0.2)"),
+            ("x = 25\\%", "x = 0.25"),
+            ("x = 25\\%", "x = 25"),
+            ("x = 25\\%", "0.25"),
+            ("2500\\%", "25"),  # 2500 / 100
+        ],
+        [
+            ("2500\\%", "0.25"),
+            ("0.25", "25"),  # no % written: no scaling
+            ("25", "2500"),
+            ("25\\%", "0.25\\%"),  # both written with %: the numbers must agree
+            ("25\\%", "2.5"),
+            ("25\\%", "0.0025"),
+            ("0.25\\%", "25"),
+            ("x = 25\\%", "x = 2.5"),
+            ("(10\\%, 20\\%)", "(0.2, 0.1)"),
+            ("25\\%", "x = 2.5"),
+        ],
+    ),
     "equations up to a constant factor, inequalities up to a positive one": (
         [
             ("2y = 2x + 4", "y = x + 2"),
