@@ -174,25 +174,36 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-def _grind_forever(conn) -> None:
-    pool = shared_pool(("scorers._symbolic",))
-    pool.warm()
-    conn.send(pool.stats().idle_pids[-1])  # the worker the next call takes
+def grind_in_worker(pid_file: str) -> None:
+    """Runs in a verification worker: says which process it is, then works for hours."""
+    Path(pid_file).write_text(str(os.getpid()))
+    pow(10, 10**13)
+
+
+def _grind_forever(pid_file: str) -> None:
+    pool = shared_pool(("scorers._symbolic",))  # the pool the child inherited at the fork
     threading.Thread(
-        target=pool.call, args=(pow, 10, 10**13), kwargs={"timeout_s": 600}, daemon=True
+        target=pool.call,
+        args=(f"{__name__}:grind_in_worker", pid_file),
+        kwargs={"timeout_s": 600},
+        daemon=True,
     ).start()
     time.sleep(600)
 
 
-def test_a_killed_forked_child_takes_its_busy_worker_with_it() -> None:
+def test_a_killed_forked_child_takes_its_busy_worker_with_it(tmp_path: Path) -> None:
     # The child's workers come from the parent's zygote, which outlives the child: the zygote
     # must kill them when the child's channel closes, or a SIGKILLed trainer process would
     # leave a worker grinding big integers for hours.
-    parent_end, child_end = mp.get_context("fork").Pipe()
-    child = mp.get_context("fork").Process(target=_grind_forever, args=(child_end,))
+    pid_file = tmp_path / "worker.pid"
+    child = mp.get_context("fork").Process(target=_grind_forever, args=(str(pid_file),))
     child.start()
     try:
-        worker = parent_end.recv()
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the worker never started the call"
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
         time.sleep(0.5)  # the worker is inside pow() now
         assert _running(worker)
     finally:
