@@ -15,6 +15,7 @@ import inspect
 import json
 import math
 import multiprocessing as mp
+import os
 import pickle
 import subprocess
 import sys
@@ -530,3 +531,36 @@ def test_every_adapter_reports_the_warehouse_fingerprint() -> None:
     assert verifier_fingerprint("math", timeout_s=2) == digest  # the default, written as an int
     assert verifier_fingerprint("math", timeout_s=3.0) != digest  # other settings, other digest
     assert trl_reward("unit_tests").fingerprint == fingerprint(get_verifier("unit_tests")).digest
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_code_rewards_in_a_forked_child_leave_the_parents_sandbox_alone(
+    docker_sandbox, tmp_path: Path
+) -> None:
+    # verl's prime manager forks its workers from a process that may already hold a sandbox
+    # pool: the child must grade in containers of its own (the parent's exec streams are the
+    # parent's), and its exit must not remove the parent's containers.
+    script = """
+import json, os, sys
+from scorers.rewards import trl_reward
+reward = trl_reward("unit_tests")
+good = "```python\\ndef add(a, b):\\n    return a + b\\n```"
+bad = "```python\\ndef add(a, b):\\n    return a - b\\n```"
+def grade():
+    return reward(completions=[good, bad], test_list=[["assert add(1, 2) == 3"]] * 2)
+first = grade()
+pid = os.fork()
+if pid == 0:
+    print(json.dumps({"child": grade()}), flush=True)
+    sys.exit(0)  # a normal exit: atexit handlers run in the child
+os.waitpid(pid, 0)
+print(json.dumps({"parent": [first, grade(), grade()]}), flush=True)
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GRADEBOOK_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=REPO, check=True)  # fmt: skip
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    got = {k: v for line in lines for k, v in line.items()}
+    assert got["child"] == [1.0, 0.0]
+    assert got["parent"] == [[1.0, 0.0]] * 3
