@@ -18,8 +18,11 @@ takes an idle worker, a new one is launched in the background, so it has a whole
 duration to become ready. Only the very first start of a pool in a process (the zygote
 importing sympy, about a second, once) is outside any deadline; `warm()` does it ahead of time.
 
-The pool is created lazily, is per process (a forked child gets its own), survives across
-calls and is shut down at exit.
+The pool is created lazily, is per process, survives across calls and is shut down at exit.
+A forked child (multiprocessing's "fork", a ProcessPoolExecutor) gets its own pool, whose
+workers come from the parent's zygote over a private channel handed over at the fork: the
+child's first call waits a fork, not a zygote boot. Nothing of the parent's pool is used in
+the child (its pipes are the parent's), and locks a parent thread held at the fork are fresh.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scorers.zygote import STARTUP_TIMEOUT_S, RemoteZygote, Zygote, broker_zygote
+from scorers.zygote import STARTUP_TIMEOUT_S, RemoteZygote, Zygote, ZygoteFailed, broker_zygote
 
 __all__ = [
     "STARTUP_TIMEOUT_S",
@@ -118,6 +122,7 @@ class BoundedPool:
         self._closed = False
         self._zygote: Zygote | RemoteZygote | None = None
         self._zygote_lock = threading.Lock()
+        self._fork_offer: socket.socket | None = None  # a zygote channel for a child being forked
         self.kills = 0
 
     # -- worker supply ----------------------------------------------------------------------
@@ -287,6 +292,50 @@ class BoundedPool:
             raise WorkerFailed(payload)
         return payload
 
+    # -- fork ---------------------------------------------------------------------------------
+    def _offer_to_child(self) -> None:
+        """Before a fork (in the forking thread): a private channel to this pool's zygote for
+        the child. Never waits long: a zygote still booting or busy is simply not offered."""
+        self._fork_offer = None
+        if self._closed or not self._zygote_lock.acquire(blocking=False):
+            return
+        try:
+            zygote = self._zygote
+        finally:
+            self._zygote_lock.release()
+        if isinstance(zygote, Zygote) and zygote.ready and zygote.alive():
+            try:
+                self._fork_offer = zygote.client_channel(wait_s=1.0)
+            except ZygoteFailed:
+                pass
+
+    def _withdraw_offer(self) -> None:
+        """After a fork, in the parent: the child holds its copy of the channel now."""
+        if self._fork_offer is not None:
+            self._fork_offer.close()
+            self._fork_offer = None
+
+    def _inherit_in_child(self) -> BoundedPool:
+        """After a fork, in the child: retire this copy of the parent's pool and return the
+        child's own, forking its workers from the parent's zygote when one was offered.
+
+        Only descriptors are closed here, never a process signalled: the workers and the zygote
+        belong to the parent."""
+        self._closed = True
+        for worker in self._idle:
+            worker.conn.close()
+            if worker.pidfd is not None:
+                os.close(worker.pidfd)
+        self._idle = []
+        if self._zygote is not None:
+            self._zygote.drop_in_child()
+            self._zygote = None
+        child = BoundedPool(self.size, self.preload, self.spares)
+        offer, self._fork_offer = self._fork_offer, None
+        if offer is not None:
+            child._zygote = RemoteZygote(offer)
+        return child
+
     def stats(self) -> PoolStats:
         with self._cond:
             return PoolStats(
@@ -343,3 +392,35 @@ def _shutdown_all() -> None:
     for key, pool in list(_POOLS.items()):
         if key[0] == os.getpid():
             pool.shutdown()
+
+
+_FORKING_PID = 0  # the pid that called fork(): the child's parent, even if it dies meanwhile
+
+
+def _before_fork() -> None:
+    global _FORKING_PID
+    _POOLS_LOCK.acquire()  # released after the fork on both sides: no half-registered pool
+    _FORKING_PID = os.getpid()
+    for (pid, _), pool in _POOLS.items():
+        if pid == os.getpid():
+            pool._offer_to_child()
+
+
+def _after_fork_in_parent() -> None:
+    for (pid, _), pool in _POOLS.items():
+        if pid == os.getpid():
+            pool._withdraw_offer()
+    _POOLS_LOCK.release()
+
+
+def _after_fork_in_child() -> None:
+    global _POOLS_LOCK
+    _POOLS_LOCK = threading.Lock()
+    for (pid, preload), pool in list(_POOLS.items()):
+        if pid == _FORKING_PID and not pool._closed:
+            _POOLS[(os.getpid(), preload)] = pool._inherit_in_child()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)

@@ -25,6 +25,10 @@ class SampleView:
     `may_defer`: the caller has other samples to grade meanwhile, so the verifier may answer
     `deferred()` instead of waiting for a helper that is still starting (the scoring stage sets
     it on its first pass and asks again, without it, after the rest).
+
+    `deadline`: a `time.monotonic()` instant by which the grade must be returned. Waiting for a
+    helper that other callers hold counts against it (an RL reward called from many threads at
+    once must still answer in time). None: the verifier's own limit, after waiting its turn.
     """
 
     completion: str
@@ -32,6 +36,7 @@ class SampleView:
     metadata: dict[str, Any] = field(default_factory=dict)
     sample_id: str | int | None = None
     may_defer: bool = False
+    deadline: float | None = None
 
     @property
     def targets(self) -> list[str]:

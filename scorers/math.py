@@ -175,7 +175,8 @@ def grade_math(sample: SampleView) -> Grade:
     """THE math grading function (picklable): extraction + verification -> Grade.
 
     Sample metadata may override `answer_patterns` (list of extraction strategies) and
-    `timeout_s`. Several targets: correct if any matches.
+    `timeout_s`. Several targets: correct if any matches. A `sample.deadline` replaces
+    `timeout_s` and bounds the whole call, waiting for a worker included (see SampleView).
     """
     patterns = sample.metadata.get("answer_patterns") or DEFAULT_PATTERNS
     timeout_s = float(sample.metadata.get("timeout_s") or DEFAULT_TIMEOUT_S)
@@ -183,13 +184,22 @@ def grade_math(sample: SampleView) -> Grade:
     targets = sample.targets
     if not targets or not any(t.strip() for t in targets):
         return unscored("invalid_target", "the sample has no target answer", answer=answer)
-    # At most as many gradings at once as the pool has workers (Inspect scores many samples
-    # concurrently): a grading waits for its turn here, before its deadline starts, instead
-    # of timing out in the pool's queue.
-    with _grading_slots():
+    if sample.deadline is not None:
+        # The caller's deadline covers everything, the wait for a symbolic worker included (the
+        # pool charges that wait to the call), so no turn is taken here: an exact comparison is
+        # never held up behind other callers' symbolic ones.
         verdicts = [
-            _verify(answer, t, timeout_s=timeout_s, may_defer=sample.may_defer) for t in targets
+            _verify(answer, t, timeout_s=sample.deadline - time.monotonic(), may_defer=False)
+            for t in targets
         ]
+    else:
+        # At most as many gradings at once as the pool has workers (Inspect scores many samples
+        # concurrently): a grading waits for its turn here, before its deadline starts, instead
+        # of timing out in the pool's queue.
+        with _grading_slots():
+            verdicts = [
+                _verify(answer, t, timeout_s=timeout_s, may_defer=sample.may_defer) for t in targets
+            ]
     for v in verdicts:
         if v.equal:
             return scored(1.0, answer=answer, explanation="verified equal", reason=v.reason,

@@ -319,6 +319,7 @@ class SandboxPool:
         self._starting = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()  # a forked child's copy of this pool is not the child's to use
         self._errors: list[str] = []
         self._maintenance = ThreadPoolExecutor(
             max_workers=max(2, self.concurrency), thread_name_prefix="sandbox-maint"
@@ -491,8 +492,11 @@ class SandboxPool:
                 self._maintenance.submit(self._replace, warm)
 
     def close(self) -> None:
-        """Remove every container this pool started (also runs at interpreter exit)."""
-        if self._closed:
+        """Remove every container this pool started (also runs at interpreter exit).
+
+        A no-op in a forked child: the containers, and the exec streams to them, belong to the
+        process that started them, which may still be using them."""
+        if self._closed or os.getpid() != self._pid:
             return
         self._closed = True
         self._maintenance.shutdown(wait=True, cancel_futures=True)
@@ -539,12 +543,21 @@ _default_lock = threading.Lock()
 
 
 def default_pool() -> SandboxPool:
-    """The process-wide pool (created on first use; each worker process gets its own)."""
+    """The process-wide pool (created on first use; each worker process gets its own, a forked
+    child too: it never shares the parent's containers)."""
     global _default_pool
     with _default_lock:
-        if _default_pool is None or _default_pool._closed:
+        if _default_pool is None or _default_pool._closed or _default_pool._pid != os.getpid():
             _default_pool = SandboxPool()
         return _default_pool
+
+
+def _after_fork_in_child() -> None:
+    global _default_lock
+    _default_lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def close_default_pool() -> None:

@@ -135,19 +135,32 @@ class Zygote:
         """A new worker: its pid and the parent end of its pipe."""
         return _ask_fork(self._chan, self._lock)
 
-    def client_channel(self) -> socket.socket:
-        """A private channel to this zygote for another process (see `RemoteZygote`)."""
+    def client_channel(self, wait_s: float | None = None) -> socket.socket:
+        """A private channel to this zygote for another process (see `RemoteZygote`).
+
+        Args:
+            wait_s: longest wait for a fork request in progress on the owner channel (None:
+                no limit); ZygoteFailed when it is still busy then.
+        """
+        if not self._lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            raise ZygoteFailed("verification zygote is busy")
         ours, theirs = socket.socketpair()
-        with self._lock:
-            try:
-                self._chan.conn.send("client")
-                send_handle(self._chan.sock, theirs.fileno(), self.proc.pid)
-            except OSError as exc:
-                ours.close()
-                raise ZygoteFailed(f"verification zygote is gone: {exc}") from exc
-            finally:
-                theirs.close()
+        try:
+            self._chan.conn.send("client")
+            send_handle(self._chan.sock, theirs.fileno(), self.proc.pid)
+        except OSError as exc:
+            ours.close()
+            raise ZygoteFailed(f"verification zygote is gone: {exc}") from exc
+        finally:
+            theirs.close()
+            self._lock.release()
         return ours
+
+    def drop_in_child(self) -> None:
+        """In a forked child: close this process's copy of the owner channel, and nothing else
+        (the zygote belongs to the parent; a copy left open would keep it alive after the
+        parent is gone)."""
+        self._chan.close()
 
     def close(self) -> None:
         """Closing its channel makes the zygote exit, and its workers die with it."""
@@ -191,6 +204,11 @@ class RemoteZygote:
         self._dead = True
         self._chan.close()
 
+    def drop_in_child(self) -> None:
+        """In a forked child: close this process's copy of the channel (it is the parent's)."""
+        self._dead = True
+        self._chan.close()
+
 
 # -- the zygote process --------------------------------------------------------------------------
 
@@ -216,8 +234,14 @@ def zygote_main(fd: int) -> None:
         return  # the owner went away while this zygote was starting: nobody to serve
     zygote_pid = os.getpid()
     clients: dict[Connection, _Channel] = {}
+    # Workers forked for each client: they die with it. A client process that is SIGKILLed
+    # mid-comparison closes its channel, and its worker, maybe stuck in hours of big-integer
+    # work, must not outlive it (the owner's workers die with the zygote instead).
+    forked: dict[_Channel, set[int]] = {}
     while True:
-        _reap()
+        for pid in _reap():
+            for pids in forked.values():
+                pids.discard(pid)
         ready = wait([owner.conn, *clients], timeout=0.5)
         for conn in ready:
             chan = owner if conn is owner.conn else clients[conn]  # type: ignore[index]
@@ -227,17 +251,25 @@ def zygote_main(fd: int) -> None:
                     client = _Channel(socket.socket(fileno=recv_handle(owner.sock)))
                     clients[client.conn] = client
                 elif request == "fork":
-                    _fork_worker(chan, [owner, *clients.values()], zygote_pid, memory_bytes)
+                    pid = _fork_worker(chan, [owner, *clients.values()], zygote_pid, memory_bytes)
+                    if chan is not owner:
+                        forked.setdefault(chan, set()).add(pid)
             except (EOFError, OSError):
                 if chan is owner:
                     return
                 clients.pop(chan.conn, None)
+                for pid in forked.pop(chan, ()):
+                    # not reaped yet, so the pid is still this zygote's child: never a stranger
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
                 chan.close()
 
 
 def _fork_worker(
     chan: _Channel, channels: list[_Channel], zygote_pid: int, memory_bytes: int
-) -> None:
+) -> int:
     parent_end, child_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -255,6 +287,7 @@ def _fork_worker(
         send_handle(chan.sock, parent_end.fileno(), 0)
     finally:
         parent_end.close()
+    return pid
 
 
 def _die_with_parent(parent: int) -> None:
@@ -270,14 +303,17 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def _reap() -> None:
+def _reap() -> list[int]:
+    """Reap every exited worker; the pids reaped."""
+    reaped = []
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return reaped
         if pid == 0:
-            return
+            return reaped
+        reaped.append(pid)
 
 
 def _serve_pipe(conn: Connection, memory_bytes: int) -> None:
@@ -388,6 +424,19 @@ class ZygoteBroker:
 
 _BROKER: tuple[int, _Channel] | None = None  # (pid, channel): a fork does not inherit it
 _BROKER_LOCK = threading.Lock()
+
+
+def _broker_after_fork_in_child() -> None:
+    # The broker channel is the parent's (broker_zygote checks the pid); close this copy, and
+    # replace a lock some parent thread may have held at the fork.
+    global _BROKER, _BROKER_LOCK
+    _BROKER_LOCK = threading.Lock()
+    if _BROKER is not None:
+        _BROKER[1].close()
+        _BROKER = None
+
+
+os.register_at_fork(after_in_child=_broker_after_fork_in_child)
 
 
 def use_broker(fd: int) -> None:
