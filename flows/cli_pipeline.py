@@ -227,6 +227,13 @@ def score(
         table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.retried), str(s.scored),
                       str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
     console.print(table)
+    stale = sum(s.stale for s in summaries)
+    if stale:
+        console.print(
+            f"[yellow]{stale} sample(s) not graded: the verifier's code kept changing while they "
+            "were graded; run the command again once it is saved[/yellow]",
+            soft_wrap=True,
+        )
 
 
 def rescore(
