@@ -178,9 +178,14 @@ def report(
     db: DbOption = Path(DEFAULT_DB),
 ) -> None:
     """Write one self-contained HTML report: history, gate verdicts, coverage, grade flips."""
+    from flows.gate import current_fingerprints
     from flows.report import write_report
+    from warehouse import Warehouse
 
     try:
+        # "newest" in the report is the current code's fingerprint, as for the gate (best
+        # effort: a report never waits for a writer)
+        Warehouse(db).record_current(current_fingerprints(), wait=False)
         path = write_report(db, out)
     except (WarehouseMissing, WarehouseLocked, SchemaTooNew) as exc:
         raise _fail(str(exc)) from None

@@ -287,6 +287,9 @@ def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
     from scorers.registry import all_verifiers
     from warehouse import Warehouse
 
+    current = {name: fingerprint(v).digest for name, v in all_verifiers().items()}
+    # best effort: a listing never waits for a writer (the next scoring records it anyway)
+    Warehouse(db).record_current(current, wait=False)
     seen: dict[tuple[str, str], tuple[Any, int]] = {}
     if db.exists():
         with Warehouse(db).read() as con:
@@ -306,7 +309,7 @@ def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
     for col in ("first seen", "graded", "current"):
         table.add_column(col)
     for name, v in sorted(all_verifiers().items()):
-        digest = fingerprint(v).digest
+        digest = current[name]
         first, n = seen.get((name, digest), (None, 0))
         table.add_row(name, digest[:12], v.label, str(first or "–"), str(n), "yes")
         for (other, d), (f, m) in sorted(seen.items()):

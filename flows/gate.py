@@ -70,6 +70,9 @@ def evaluate_gates(
     wh = _warehouse(db)
     rules = rules or GateRules()
     fps = dict(fingerprints) if fingerprints is not None else current_fingerprints()
+    if record:
+        # the views' "newest" is the fingerprint the gate decides under
+        wh.record_current(fps)
     if run_ids is None:
         with wh.read() as con:
             run_ids = newest_runs(con, sweep=sweep)

@@ -583,7 +583,7 @@ def _score_runs(
                     writer = _BatchWriter(
                         str(warehouse_path), name, fp.digest, samples, summaries,
                         lambda n, bar=bar: progress.advance(bar, n) if progress else None,
-                        register=partial(wh.register_verifier, fp),
+                        register=partial(wh.register_verifier, fp, current=True),
                     )  # fmt: skip
                     stale = stream_grades(pool, verifier, samples, opts, writer, expect=fp.digest)
                     writer.flush()
