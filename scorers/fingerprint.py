@@ -51,6 +51,8 @@ class VerifierFingerprint:
     source: the normalised source of every hashed module plus params and versions (what the
         digest was computed from), kept in the warehouse so a digest can be explained later.
     params: the verifier's parameters.
+    module: the verifier's module (`Verifier.module`): what `--verifier-module` imports to
+        register it again.
     """
 
     name: str
@@ -58,6 +60,7 @@ class VerifierFingerprint:
     label: str
     source: str
     params: dict[str, Any] = field(default_factory=dict)
+    module: str = ""
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,7 @@ def _fingerprint(
         label=verifier.label,
         source=source,
         params=json.loads(params_json),
+        module=verifier.module,
     )
     return fp, sources
 

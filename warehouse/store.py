@@ -352,8 +352,16 @@ class Warehouse:
             if known and known[0]:
                 return False
             con.execute(
-                "INSERT INTO wh.verifiers VALUES (?, ?, ?, ?, ?, now())",
-                [fp.name, fp.digest, fp.label, fp.source, json.dumps(params, sort_keys=True)],
+                "INSERT INTO wh.verifiers (name, fingerprint, label, source, params, first_seen, "
+                "module) VALUES (?, ?, ?, ?, ?, now(), ?)",
+                [
+                    fp.name,
+                    fp.digest,
+                    fp.label,
+                    fp.source,
+                    json.dumps(params, sort_keys=True),
+                    getattr(fp, "module", None) or None,
+                ],
             )
             return True
 
