@@ -26,7 +26,9 @@ from typing import Any
 
 _FORMAT = 2
 _MAX_FILES = 2000  # the newest entries kept: every edit of a module adds one
-_FILE_NAME = "fingerprint.json"
+# one file per format: a gradebook of another format sharing the directory (another checkout)
+# would otherwise replace the file on every call, and each process would start cold
+_FILE_NAME = f"fingerprint-{_FORMAT}.json"
 ENV_DIRS = ("site-packages", "dist-packages")
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
 
