@@ -111,7 +111,8 @@ class _RecordingLoader(importlib.machinery.SourceFileLoader):
             prefix = f"{module.__name__}."
             for key, sub in list(sys.modules.items()):
                 child = key[len(prefix) :]
-                if key.startswith(prefix) and "." not in child and not hasattr(module, child):
+                # not hasattr: a package's module __getattr__ may import things
+                if key.startswith(prefix) and "." not in child and child not in vars(module):
                     setattr(module, child, sub)
 
 
