@@ -24,6 +24,7 @@ from flows.config import parse_config
 from flows.gate import current_fingerprints
 from flows.score import ScoreOptions, score_flow, score_runs, start_early
 from flows.sweep import sweep_flow
+from scorers import registry
 from scorers.fingerprint import fingerprint
 from scorers.registry import get_verifier
 from warehouse import Warehouse
@@ -177,7 +178,9 @@ VERIFIER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_code_run_by_a_helper_process_counts_in_the_fingerprint(prefect_api, tmp_path, monkeypatch):
+def test_code_run_by_a_helper_process_counts_in_the_fingerprint(
+    prefect_api, tmp_path, monkeypatch, request
+):
     # A verifier whose comparisons run in a helper zygote (as math's sympy comparisons do): the
     # helper module is part of its fingerprint, and a helper booted before an edit of that
     # module never grades under the new fingerprint.
@@ -191,6 +194,9 @@ def test_code_run_by_a_helper_process_counts_in_the_fingerprint(prefect_api, tmp
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.import_module(name)
     verifier = get_verifier(name)
+    # unregistered afterwards: its helper module is importable only while tmp_path is on
+    # sys.path, and other tests fingerprint every registered verifier
+    request.addfinalizer(lambda: registry._VERIFIERS.pop(name, None))
 
     before = fingerprint(verifier).digest
     assert f"# ---- module {helper}" in fingerprint(verifier).source
@@ -255,3 +261,4 @@ def test_a_module_imported_before_recording_began_cannot_be_vouched_for(tmp_path
         assert fingerprint(verifier).digest  # the files can still be fingerprinted
     finally:
         del sys.modules[name]
+        registry._VERIFIERS.pop(name, None)
