@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.console import console
+from flows.verifier_modules import ModulesOption
 from warehouse import DEFAULT_DB, SchemaTooNew, WarehouseLocked, WarehouseMissing
 from warehouse.gate_rules import GateResult, GateRules
 
@@ -31,6 +32,15 @@ _STYLE = {"pass": "bold green", "fail": "bold red", "cannot_evaluate": "bold yel
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(2)
+
+
+def _load_modules(modules: list[str] | None) -> None:
+    from flows.verifier_modules import VerifierLoadError, load_modules
+
+    try:
+        load_modules(modules)
+    except VerifierLoadError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _rules(
@@ -132,10 +142,12 @@ def gate(
         bool, typer.Option("--dry-run", help="Evaluate without writing a gates row.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    verifier_module: ModulesOption = None,
 ) -> None:
     """Decide a release: exit 0 pass, 1 fail, 2 cannot evaluate (the message says what to run)."""
     if run and sweep:
         raise _fail("give --run or --sweep, not both")
+    _load_modules(verifier_module)
     overrides = {
         "max_unscored_rate": max_unscored_rate,
         "max_error_rate": max_error_rate,
@@ -176,11 +188,18 @@ def gate(
 def report(
     out: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("report.html"),
     db: DbOption = Path(DEFAULT_DB),
+    verifier_module: ModulesOption = None,
 ) -> None:
     """Write one self-contained HTML report: history, gate verdicts, coverage, grade flips."""
+    from flows.gate import current_fingerprints
     from flows.report import write_report
+    from warehouse import Warehouse
 
+    _load_modules(verifier_module)
     try:
+        # "newest" in the report is the current code's fingerprint, as for the gate (best
+        # effort: a report never waits for a writer)
+        Warehouse(db).record_current(current_fingerprints(), wait=False)
         path = write_report(db, out)
     except (WarehouseMissing, WarehouseLocked, SchemaTooNew) as exc:
         raise _fail(str(exc)) from None

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.console import console, err_console, quiet_prefect
+from flows.verifier_modules import ModulesOption
 
 __all__ = ["register"]
 
@@ -137,6 +138,33 @@ def _rule_text(rule: Any) -> str:
     return str(detail) if detail else str(rule)
 
 
+def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> None:
+    """Import the verifier modules the user named, then check every verifier name asked for
+    is loaded; a failure is one line that names the module or name and the fix (exit 2)."""
+    from flows.verifier_modules import VerifierLoadError, load_modules, unknown_verifiers
+
+    try:
+        load_modules(modules)
+    except VerifierLoadError as exc:
+        raise _fail(str(exc)) from None
+    problem = unknown_verifiers(names, db)
+    if problem:
+        raise _fail(problem)
+
+
+def _named_by_logs(logs: list[Path]) -> list[str]:
+    """The verifier names the logs record (names only: a log never makes us import code)."""
+    from flows.score import verifiers_of_log
+
+    names: list[str] = []
+    for log in logs:
+        try:
+            names += verifiers_of_log(log)[1]
+        except Exception:  # noqa: S112 - an unreadable log is reported by ingest, by name
+            continue
+    return names
+
+
 # -- commands ------------------------------------------------------------------------------------
 
 
@@ -194,18 +222,16 @@ def score(
         typer.Option("--scored-logs", help="Also write scored copies of the logs into this dir."),
     ] = None,
     retry_unscored: RetryOption = False,
+    verifier_module: ModulesOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
     from flows.score import score_flow
-    from scorers.registry import all_verifiers
 
     missing = [str(p) for p in logs if not p.exists()]
     if missing:
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
-    unknown = sorted(set(verifier or []) - set(all_verifiers()))
-    if unknown:
-        raise _fail(f"unknown verifier(s) {unknown}; see `gradebook verifiers`")
+    _load_verifiers(verifier_module, verifier or _named_by_logs(logs), db)
     try:
         summaries = _run_flow(
             verbose,
@@ -227,6 +253,13 @@ def score(
         table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.retried), str(s.scored),
                       str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
     console.print(table)
+    stale = sum(s.stale for s in summaries)
+    if stale:
+        console.print(
+            f"[yellow]{stale} sample(s) not graded: the verifier's code kept changing while they "
+            "were graded; run the command again once it is saved[/yellow]",
+            soft_wrap=True,
+        )
 
 
 def rescore(
@@ -237,19 +270,28 @@ def rescore(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change.")] = False,
     workers: WorkersOption = None,
     retry_unscored: RetryOption = False,
+    verifier_module: ModulesOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
     from flows.rescore import MAX_FLIPS_SHOWN, plan_rescore, rescore_flow
+    from flows.verifier_modules import unloaded_verifiers
 
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
+    _load_verifiers(verifier_module, scorer or [], db)
     if dry_run:
         plans = plan_rescore(db, scorer, retry_unscored=retry_unscored)
     else:
         plans = _run_flow(
             verbose,
-            lambda: rescore_flow(str(db), scorer, workers=workers, retry_unscored=retry_unscored),
+            lambda: rescore_flow(
+                str(db),
+                scorer,
+                verifier_modules=list(verifier_module or []),
+                workers=workers,
+                retry_unscored=retry_unscored,
+            ),
         )
     table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
     for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flips"):
@@ -267,6 +309,9 @@ def rescore(
             )
         if len(p.flips) > MAX_FLIPS_SHOWN:
             console.print(f"  … {len(p.flips) - MAX_FLIPS_SHOWN} more: SELECT * FROM grade_flips")
+    # verifiers that scored this warehouse but are not loaded here were not checked
+    for name, fix in [] if scorer else sorted(unloaded_verifiers(db).items()):
+        console.print(f"  not checked: verifier {name!r} is not loaded here: {fix}", soft_wrap=True)
     if not any(p.changed for p in plans):
         console.print(
             "nothing to re-score: every verifier's fingerprint is current"
@@ -274,12 +319,19 @@ def rescore(
         )
 
 
-def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
+def verifiers(
+    db: DbOption = Path("gradebook.duckdb"), verifier_module: ModulesOption = None
+) -> None:
     """List verifiers: name, current fingerprint, label, first seen, samples graded."""
+    from flows.verifier_modules import unloaded_verifiers
     from scorers.fingerprint import fingerprint
     from scorers.registry import all_verifiers
     from warehouse import Warehouse
 
+    _load_verifiers(verifier_module, [], db)
+    current = {name: fingerprint(v).digest for name, v in all_verifiers().items()}
+    # best effort: a listing never waits for a writer (the next scoring records it anyway)
+    Warehouse(db).record_current(current, wait=False)
     seen: dict[tuple[str, str], tuple[Any, int]] = {}
     if db.exists():
         with Warehouse(db).read() as con:
@@ -299,12 +351,18 @@ def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
     for col in ("first seen", "graded", "current"):
         table.add_column(col)
     for name, v in sorted(all_verifiers().items()):
-        digest = fingerprint(v).digest
+        digest = current[name]
         first, n = seen.get((name, digest), (None, 0))
         table.add_row(name, digest[:12], v.label, str(first or "–"), str(n), "yes")
         for (other, d), (f, m) in sorted(seen.items()):
             if other == name and d != digest:
                 table.add_row("", d[:12], "[dim](older)[/dim]", str(f or "–"), str(m), "")
+    unloaded = unloaded_verifiers(db)
+    for name, fix in sorted(unloaded.items()):
+        rows = sorted((d, f, m) for (other, d), (f, m) in seen.items() if other == name)
+        for i, (d, f, m) in enumerate(rows or [("–", None, 0)]):
+            label = f"[yellow]not loaded:[/yellow] {escape(fix)}" if i == 0 else ""
+            table.add_row(name if i == 0 else "", d[:12], label, str(f or "–"), str(m), "no")
     console.print(table)
 
 

@@ -138,7 +138,8 @@ def score_chunk(
     )
     pool = GradingPool(max(1, workers or os.cpu_count() or 1))
     try:
-        results = grade_batch(pool, verifier, samples, opts, lambda n: None)
+        # graded by exactly that code, or not at all (grade_batch raises CodeChanged)
+        results = grade_batch(pool, verifier, samples, opts, lambda n: None, expect=digest)
     finally:
         pool.close()
     table = scores_table(samples.table, results, scorer, digest)

@@ -320,7 +320,7 @@ def dispatch_scoring(
     planned: dict[tuple[str, str], list[Any]] = {}  # (scorer, digest) -> key tables
     for name, run_ids in by_scorer.items():
         fp = fingerprint(get_verifier(name))
-        wh.register_verifier(fp)
+        wh.register_verifier(fp, current=True)
         todo = wh.samples_to_score(name, fp.digest, run_ids=run_ids)
         planned[(name, fp.digest)] = [todo.select(["run_id", "sample_id", "epoch"])]
         n_chunks = -(-todo.num_rows // cluster.chunk_size)

@@ -61,7 +61,9 @@ def evaluate_gates(
         run_ids: runs to gate; None selects the newest run per task x model.
         rules: thresholds; default `GateRules()`.
         sweep: restrict the newest-run selection to this sweep, and record it with each row.
-        fingerprints: scorer -> current fingerprint; default computed from the registry.
+        fingerprints: scorer -> current fingerprint; default computed from the registry (then
+            a run scored by a verifier that is not loaded here cannot be evaluated, and the
+            problem names the `--verifier-module` to pass).
         record: False for a dry run that writes nothing.
 
     Returns:
@@ -69,7 +71,17 @@ def evaluate_gates(
     """
     wh = _warehouse(db)
     rules = rules or GateRules()
+    unloaded: dict[str, str] = {}
+    if fingerprints is None:
+        # every loaded verifier; one that scored a run but is not loaded here is a problem
+        # that names the flag, not a scorer silently left out of the decision
+        from flows.verifier_modules import unloaded_verifiers
+
+        unloaded = unloaded_verifiers(wh.path)
     fps = dict(fingerprints) if fingerprints is not None else current_fingerprints()
+    if record:
+        # the views' "newest" is the fingerprint the gate decides under
+        wh.record_current(fps)
     if run_ids is None:
         with wh.read() as con:
             run_ids = newest_runs(con, sweep=sweep)
@@ -88,7 +100,10 @@ def evaluate_gates(
                     problems=[f"{what} has no runs: run the sweep or ingest its logs first"],
                 )
             ]
-    return [gate_run(wh, rid, rules, fps, sweep=sweep, record=record) for rid in run_ids]
+    return [
+        gate_run(wh, rid, rules, fps, sweep=sweep, record=record, unloaded=unloaded)
+        for rid in run_ids
+    ]
 
 
 def overall_exit_code(results: Sequence[GateResult]) -> int:

@@ -11,6 +11,11 @@ Fault isolation: a verifier that raises or overruns the per-sample limit makes t
 `unscored` (inside the worker); a worker that dies (segfault, OOM kill) makes the chunk it held
 `unscored` and is replaced.
 
+Which code graded: a worker records the exact source of every project module it compiles
+(`scorers.loaded_code`, set up by `import flows`), and with each chunk of a `Verifier` it reports
+the fingerprint of the code it actually ran (`scorers.fingerprint.fingerprint_as_loaded`). `map`
+never hands the caller a chunk graded by code other than the fingerprint it expects.
+
 Nothing here imports Prefect, Inspect or the warehouse: this module is the workers' whole world.
 """
 
@@ -181,14 +186,27 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
     while (item := jobs.get()) is not None:
         job, payload = item
         try:
-            grade, rows, timeout_s, may_defer = pickle.loads(payload)
-            reply: tuple = (job, "ok", grade_chunk(grade, rows, timeout_s, may_defer))
+            grade, rows, timeout_s, may_defer, verifier = pickle.loads(payload)
+            results = grade_chunk(grade, rows, timeout_s, may_defer)
+            # after grading: a module the verifier imported while grading counts too
+            reply: tuple = (job, "ok", results, _digest_as_loaded(verifier))
         except Exception as exc:  # e.g. the verifier cannot be unpickled here
             reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
         try:
             conn.send(reply)
         except OSError:  # the parent went away
             return
+
+
+def _digest_as_loaded(verifier: Any) -> str | None:
+    """The fingerprint of the code this process graded `verifier` with (None: no verifier
+    given, or nothing can vouch for what ran)."""
+    if verifier is None:
+        return None
+    from scorers.fingerprint import fingerprint_as_loaded
+
+    fp = fingerprint_as_loaded(verifier)
+    return fp.digest if fp is not None else None
 
 
 def _read_jobs(conn: Connection, jobs: queue.SimpleQueue) -> None:
@@ -223,6 +241,7 @@ class _Jobs:
         # extra job -> (its chunk, positions in the chunk, the chunk's results so far)
         self.extra: dict[int, tuple[int, list[int], list[ResultRow]]] = {}
         self.next_id = len(chunks)
+        self.stale: list[int] = []  # chunks graded (in part) by other code than expected
 
     def rows(self, job: int) -> list[SampleRow]:
         if job < len(self.chunks):
@@ -232,6 +251,11 @@ class _Jobs:
 
     def may_defer(self, job: int) -> bool:
         return self.defer and job < len(self.chunks)
+
+    def discard(self, job: int) -> None:
+        """The job was graded by other code than expected: its chunk is never handed over."""
+        chunk = job if job < len(self.chunks) else self.extra.pop(job)[0]
+        self.stale.append(chunk)
 
     def finish(self, job: int, results: list[ResultRow]) -> None:
         if job >= len(self.chunks):
@@ -321,8 +345,16 @@ class GradingPool:
         done: Callable[[int, list[ResultRow]], None],
         *,
         may_defer: bool = False,
-    ) -> None:
+        verifier: Any = None,
+        expect: str | None = None,
+    ) -> list[int]:
         """Grade every chunk; call `done(index, results)` as each finishes (in any order).
+
+        `verifier` (a `scorers.registry.Verifier` whose `grade` this is) and `expect` (its
+        fingerprint as the caller computed it from the files): a worker reports the fingerprint
+        of the code it graded a chunk with, and a chunk graded by any other code (imported
+        before an edit, or after one) is not handed to `done`; its index is returned instead.
+        The caller grades those again in fresh workers, or not at all.
 
         `may_defer`: the verifier may defer samples (see `SampleView.may_defer`: math defers
         what needs sympy while its zygote still boots). The rows a chunk deferred go back to
@@ -336,13 +368,17 @@ class GradingPool:
 
         A chunk whose worker died, or that the worker could not run (the verifier does not
         unpickle there), gets `failed_rows`; the pool replaces a dead worker and goes on.
+
+        Returns:
+            The indices of the chunks graded by other code than `expect` (empty without it).
         """
         module = getattr(grade, "__module__", None)
         self.start([module] if module else [])
         jobs = _Jobs(chunks, may_defer, done)
+        job_verifier = verifier if expect is not None else None
         try:
             for w in list(self._procs):
-                self._fill(w, grade, timeout_s, jobs)
+                self._fill(w, (grade, job_verifier), timeout_s, jobs)
             while busy := {w.conn: w for w in self._procs if w.jobs}:
                 for conn in wait(list(busy)):
                     w = busy[conn]  # type: ignore[index]
@@ -357,27 +393,40 @@ class GradingPool:
                     else:
                         job = msg[0]
                         w.jobs.remove(job)
-                        if msg[1] == "ok":
+                        if msg[1] == "ok" and expect is not None and msg[3] != expect:
+                            jobs.discard(job)
+                            # it holds other code than the files: a fresh worker imports
+                            # them as they are now (what it held queued is graded there)
+                            jobs.todo.extend(reversed(w.jobs))
+                            w.jobs = []
+                            w = self._replace(w)
+                        elif msg[1] == "ok":
                             jobs.finish(job, msg[2])
                         else:
                             why = f"scoring worker failed: {msg[2]}"
                             meta = json.dumps({"traceback": msg[3]})
                             row = ("unscored", None, None, why[:300], "verifier_error", meta, 0.0)
                             jobs.finish(job, [row] * len(jobs.rows(job)))
-                    self._fill(w, grade, timeout_s, jobs)
+                    self._fill(w, (grade, job_verifier), timeout_s, jobs)
         except BaseException:
             # interrupted mid-map: the workers' state is unknown; start over next time
             self.close(kill=True)
             raise
+        return sorted(jobs.stale)
 
     def _fill(
-        self, w: _Worker, grade: Callable[[SampleView], Grade], timeout_s: float, jobs: _Jobs
+        self,
+        w: _Worker,
+        grader: tuple[Callable[[SampleView], Grade], Any],
+        timeout_s: float,
+        jobs: _Jobs,
     ) -> None:
+        grade, verifier = grader
         while jobs.todo and len(w.jobs) < self.depth:
             job = jobs.todo.pop()
             rows, may_defer = jobs.rows(job), jobs.may_defer(job)
             try:
-                payload = pickle.dumps((grade, rows, timeout_s, may_defer), protocol=5)
+                payload = pickle.dumps((grade, rows, timeout_s, may_defer, verifier), protocol=5)
             except Exception as exc:  # a verifier that cannot be pickled cannot go to a worker
                 jobs.finish(job, failed_rows(len(rows), f"scoring worker failed: {exc}", exc))
                 continue

@@ -1,8 +1,9 @@
 """`gradebook report`: read the warehouse views and write one self-contained HTML report.
 
 The queries are here; the rendering is flows/report_html.py. Only documented views are read
-(runs, score_history, fingerprint_order, latest_gates, run_metrics, grade_flips), so the report
-shows exactly what a user gets from SQL.
+(runs, score_history, fingerprint_order, fingerprint_changes, latest_gates, run_metrics,
+grade_flips), so the report shows exactly what a user gets from SQL. "Newest" fingerprint is
+`fingerprint_order.newest`: the current code's, as the gate uses.
 
 Inspect stamps a run's `created` to the second, so runs of one sweep tie: wherever the report
 orders runs by age, the one ingested later (`runs.first_ingested_at`) counts as newer, as the
@@ -41,10 +42,7 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
-_NEWEST_FP = """
-    SELECT scorer, arg_max(fingerprint, (first_seen, fingerprint)) AS fingerprint
-    FROM fingerprint_order GROUP BY scorer
-"""
+_NEWEST_FP = "SELECT scorer, fingerprint FROM fingerprint_order WHERE newest"
 
 
 def _failing(results_json: str | None) -> list[str]:
@@ -90,14 +88,16 @@ def collect_report(
             "ORDER BY h.created, r.first_ingested_at, h.run_id",
         )
     ]
-    # The first fingerprint of a scorer is where history starts, not a change.
+    # Where a scorer's current code changed (an edit, a revert). Its first fingerprint is
+    # where history starts, not a change.
     data.fingerprint_changes = [
-        FingerprintChange(r["scorer"], r["fingerprint"], r["label"] or "", r["first_seen"])
+        FingerprintChange(r["scorer"], r["fingerprint"], r["label"] or "", r["since"])
         for r in _rows(
             con,
-            "SELECT scorer, fingerprint, label, first_seen FROM fingerprint_order "
-            "QUALIFY row_number() OVER (PARTITION BY scorer ORDER BY first_seen, fingerprint) > 1 "
-            "ORDER BY first_seen",
+            "SELECT c.scorer, c.fingerprint, v.label, c.since FROM fingerprint_changes c "
+            "LEFT JOIN verifiers v ON v.name = c.scorer AND v.fingerprint = c.fingerprint "
+            "QUALIFY row_number() OVER (PARTITION BY c.scorer ORDER BY c.since) > 1 "
+            "ORDER BY c.since",
         )
     ]
     gates = _rows(

@@ -362,7 +362,7 @@ def render_report(data: ReportData) -> str:
         _figure_html(_coverage_figure(data), "coverage-chart", "No scored run yet."),
         "<h2>Score history</h2>",
         '<p class="meta">Solid: strict accuracy (correct / samples). Dotted: accuracy over '
-        "scored samples. Dashed verticals: a verifier fingerprint was registered.</p>",
+        "scored samples. Dashed verticals: a verifier's code changed (an edit or a revert).</p>",
         _figure_html(_history_figure(data), "history-chart", "No score history yet."),
         "<h2>Top grade flips of the newest fingerprint</h2>",
         _flips_table(data),

@@ -138,6 +138,14 @@ def plan_rescore(
     return plans
 
 
+def _record_current(warehouse: str | Path, plans: list[RescorePlan]) -> None:
+    """Tell the warehouse each verifier's current fingerprint (the views' "newest"), also when
+    nothing is left to re-score: a reverted verifier has every sample scored already."""
+    from warehouse import Warehouse
+
+    Warehouse(warehouse).record_current({p.scorer: p.digest for p in plans})
+
+
 def _flips(warehouse: str | Path, plan: RescorePlan) -> list[dict[str, Any]]:
     from warehouse import Warehouse
 
@@ -172,6 +180,7 @@ def rescore(
     plans = plan_rescore(warehouse, scorers, retry_unscored=retry_unscored)
     if dry_run:
         return plans
+    _record_current(warehouse, plans)
     for plan in plans:
         if not plan.changed:
             continue
@@ -399,7 +408,9 @@ def watch_verifiers(
 def _rescore_changed(warehouse: str, opts: ScoreOptions) -> list[RescorePlan]:
     from prefect.events import emit_event
 
-    plans = [p for p in plan_rescore(warehouse) if p.changed]
+    every = plan_rescore(warehouse)
+    _record_current(warehouse, every)
+    plans = [p for p in every if p.changed]
     for plan in plans:
         emit_event(
             event=EVENT_VERIFIER_CHANGED,

@@ -9,6 +9,11 @@ a second). The pool is started at the beginning of the flow, so its start-up ove
 reading. Graded chunks are written in batches (one Prefect task run, one transaction each)
 while the workers go on grading. The flow's process is the only DuckDB writer (principle 8).
 
+Rows are written only under the fingerprint of the code that graded them: each grading process
+reports the fingerprint of the source it actually compiled (`scorers.loaded_code`), and a chunk
+graded by other code than the verifier's files hold (a module imported before an edit, or after
+one) is never written; the stage grades it again in fresh workers (CODE_PASSES in all).
+
 Per-sample fault isolation: a verifier that raises on a sample, or overruns the per-sample time
 limit, makes that sample `unscored` (reason "verifier_error" / "timeout", with a short
 traceback in the row's metadata); the other samples are scored. A sample whose generation
@@ -46,6 +51,8 @@ __all__ = [
     "RunScore",
     "Samples",
     "ScoreOptions",
+    "CODE_PASSES",
+    "CodeChanged",
     "grade_batch",
     "grade_chunk",
     "grade_one",
@@ -53,11 +60,12 @@ __all__ = [
     "stream_grades",
     "score_runs",
     "scores_table",
-    "note_loaded",
     "scoring_pool",
     "start_early",
     "verifiers_of_log",
 ]
+
+CODE_PASSES = 3  # a verifier edited while it grades: grade what its old code did again, twice
 
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
 # A warehouse write (one Prefect task run, one transaction: ~0.1 s of the stage's own CPU, which
@@ -102,6 +110,9 @@ class RunScore:
     error: int = 0
     retried: int = 0  # rows written as a retry (attempt > 1) of an unscored sample
     reasons: dict[str, int] = field(default_factory=dict)
+    # samples not written: the verifier's code kept changing while they were graded
+    # (CODE_PASSES passes); the next stage grades them under the fingerprint current then
+    stale: int = 0
 
     def add(self, row: dict[str, Any]) -> None:
         """Count one written row (a dict with status, value, reason and attempt)."""
@@ -199,6 +210,13 @@ class Samples:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def run_id(self, index: int) -> str:
+        return self.table.column("run_id")[index].as_py()
+
+    def subset(self, indices: list[int]) -> Samples:
+        """These samples (indices into this one), in order."""
+        return Samples(self.table.take(pa.array(indices, pa.int64())))
+
     def keys(self, indices: list[int]) -> pa.Table:
         """The key columns (run_id, sample_id, epoch, attempt) of these samples, in order."""
         return self.table.select(_KEY_COLUMNS).take(pa.array(indices, pa.int64()))
@@ -215,7 +233,8 @@ def stream_grades(
     emit: Callable[[list[int], list[ResultRow]], None],
     *,
     in_process: bool = True,
-) -> None:
+    expect: str | None = None,
+) -> list[int]:
     """Grade samples, handing results over as they come.
 
     Args:
@@ -225,8 +244,14 @@ def stream_grades(
         opts: chunk size and per-sample limit.
         emit: called with (indices into `samples`, their results) per finished chunk, in no
             particular order.
-        in_process: False when this process's copy of the verifier is stale (its module was
-            edited since it was imported): then every chunk goes to a fresh worker.
+        in_process: False to grade every chunk in a worker, never in this process.
+        expect: the fingerprint the results will be written under (the verifier's files, as
+            `scorers.fingerprint.fingerprint` read them). A chunk graded by code that is not
+            exactly that (`fingerprint_as_loaded` of the grading process) is not emitted.
+
+    Returns:
+        The indices of the samples not emitted because other code graded them (empty without
+        `expect`).
     """
     failed = [i for i, e in enumerate(samples.errors) if e is not None]
     if failed:
@@ -234,22 +259,48 @@ def stream_grades(
     todo = [i for i, e in enumerate(samples.errors) if e is None]
     chunks = _strided_chunks(todo, opts.chunk_size)
     # one chunk or one worker: a round trip to a worker costs more than it saves -- unless
-    # this process holds stale verifier code
-    if chunks and in_process and (pool.workers <= 1 or len(chunks) == 1):
+    # this process's copy of the verifier is not the code `expect` names
+    if (
+        chunks
+        and in_process
+        and (pool.workers <= 1 or len(chunks) == 1)
+        and _runs_here(verifier, expect)
+    ):
+        stale: list[int] = []
         for chunk in chunks:
-            rows = [samples.rows[i] for i in chunk]
-            emit(chunk, grade_chunk(verifier.grade, rows, opts.sample_timeout_s))
-        return
+            graded = grade_chunk(
+                verifier.grade, [samples.rows[i] for i in chunk], opts.sample_timeout_s
+            )
+            if _runs_here(verifier, expect):  # also what it imported while grading
+                emit(chunk, graded)
+            else:
+                stale.append(chunk)
+        if not stale:
+            return []
+        chunks = stale  # graded again by workers, which import the files as they are now
     # A verifier may defer what would wait on a helper still starting (math: its sympy
     # zygote), so the workers grade everything else meanwhile; the pool grades the deferred
     # rows again soon after, without deferral.
-    pool.map(
+    stale_chunks = pool.map(
         verifier.grade,
         [[samples.rows[i] for i in chunk] for chunk in chunks],
         opts.sample_timeout_s,
         lambda job, graded: emit(chunks[job], graded),
         may_defer=True,
+        verifier=verifier,
+        expect=expect,
     )
+    return sorted(i for job in stale_chunks for i in chunks[job])
+
+
+def _runs_here(verifier: Verifier, expect: str | None) -> bool:
+    """Whether this process's copy of the verifier is the code `expect` names."""
+    if expect is None:
+        return True
+    from scorers.fingerprint import fingerprint_as_loaded
+
+    fp = fingerprint_as_loaded(verifier)
+    return fp is not None and fp.digest == expect
 
 
 def _strided_chunks(indices: list[int], size: int) -> list[list[int]]:
@@ -260,6 +311,10 @@ def _strided_chunks(indices: list[int], size: int) -> list[list[int]]:
     return [indices[i::n] for i in range(n)]
 
 
+class CodeChanged(RuntimeError):
+    """The verifier's code kept changing while it graded: no code could be vouched for."""
+
+
 def grade_batch(
     pool: GradingPool,
     verifier: Verifier,
@@ -268,9 +323,17 @@ def grade_batch(
     advance: Callable[[int], None] | None = None,
     *,
     in_process: bool = True,
+    expect: str | None = None,
 ) -> list[ResultRow]:
     """`stream_grades`, collected: one result per sample, in order (dicts: the
-    samples_to_score columns)."""
+    samples_to_score columns).
+
+    With `expect`, samples graded by other code than that fingerprint are graded again in a
+    fresh pool (CODE_PASSES in all).
+
+    Raises:
+        CodeChanged: with `expect`, some samples were still graded by other code at the end.
+    """
     if not isinstance(samples, Samples):
         samples = Samples.from_dicts(samples)
     results: list[ResultRow | None] = [None] * len(samples)
@@ -281,31 +344,27 @@ def grade_batch(
         if advance is not None:
             advance(len(part))
 
-    stream_grades(pool, verifier, samples, opts, put, in_process=in_process)
-    return results  # type: ignore[return-value]
-
-
-# The first fingerprint this process saw per verifier. A different one later means the module
-# was edited after this process imported it: its in-memory code is stale, so grading must go to
-# freshly spawned workers, which import the module as it is on disk now.
-_FIRST_DIGEST: dict[str, str] = {}
-
-
-def note_loaded(names: Iterable[str]) -> dict[str, str]:
-    """Record the fingerprints of verifiers as this process has just loaded them.
-
-    Call it right after importing them (a sweep does, before generating): if one is edited
-    later, the stage then grades it in fresh workers, never with this process's stale copy.
-
-    Returns:
-        name -> digest as loaded.
-    """
-    from flows.gate import current_fingerprints
-
-    loaded = current_fingerprints(list(names))
-    for name, digest in loaded.items():
-        _FIRST_DIGEST.setdefault(name, digest)
-    return loaded
+    todo = samples
+    indices = list(range(len(samples)))
+    for _ in range(CODE_PASSES):
+        stale = stream_grades(
+            pool,
+            verifier,
+            todo,
+            opts,
+            lambda part, graded, at=indices: put([at[i] for i in part], graded),
+            in_process=in_process,
+            expect=expect,
+        )
+        if not stale:
+            return results  # type: ignore[return-value]
+        pool.close()  # its processes hold other code than the files: start fresh ones
+        indices = [indices[i] for i in stale]
+        todo = samples.subset(indices)
+    raise CodeChanged(
+        f"verifier {verifier.name!r}: its code changed while {len(indices)} sample(s) were "
+        f"graded, {CODE_PASSES} times; grade them again once it is no longer being edited"
+    )
 
 
 def start_early(names: Sequence[str], opts: ScoreOptions) -> GradingPool:
@@ -500,29 +559,40 @@ def _score_runs(
         with progress_bar() if opts.progress else _null_progress() as progress:
             for name, run_ids in by_scorer.items():
                 verifier = get_verifier(name)
-                fp = fingerprint(verifier)
-                for run_id in run_ids:
-                    summaries[(run_id, name)] = RunScore(run_id, name, fp.digest)
-                samples = Samples(
-                    wh.samples_to_score(
-                        name,
-                        fp.digest,
-                        run_ids=run_ids,
-                        retry=retry,
-                        max_attempt=max_attempt,
-                        skip_reasons=skip_reasons,
+                for code_pass in range(CODE_PASSES):
+                    # the files as they are now: what rows are written under, and what every
+                    # grading process must have run for its rows to be written
+                    fp = fingerprint(verifier)
+                    for run_id in run_ids:
+                        summary = summaries.setdefault((run_id, name), RunScore(run_id, name, ""))
+                        summary.fingerprint, summary.stale = fp.digest, 0
+                    samples = Samples(
+                        wh.samples_to_score(
+                            name,
+                            fp.digest,
+                            run_ids=run_ids,
+                            retry=retry,
+                            max_attempt=max_attempt,
+                            skip_reasons=skip_reasons,
+                        )
                     )
-                )
-                label = f"score {name}" + (" (+ retries)" if retry else "")
-                bar = progress.add_task(label, total=len(samples)) if progress else None
-                in_process = _FIRST_DIGEST.setdefault(name, fp.digest) == fp.digest
-                writer = _BatchWriter(
-                    str(warehouse_path), name, fp.digest, samples, summaries,
-                    lambda n, bar=bar: progress.advance(bar, n) if progress else None,
-                    register=partial(wh.register_verifier, fp),
-                )  # fmt: skip
-                stream_grades(pool, verifier, samples, opts, writer, in_process=in_process)
-                writer.flush()
+                    label = f"score {name}" + (" (+ retries)" if retry else "")
+                    if code_pass:
+                        label += " (its code changed while grading: again)"
+                    bar = progress.add_task(label, total=len(samples)) if progress else None
+                    writer = _BatchWriter(
+                        str(warehouse_path), name, fp.digest, samples, summaries,
+                        lambda n, bar=bar: progress.advance(bar, n) if progress else None,
+                        register=partial(wh.register_verifier, fp, current=True),
+                    )  # fmt: skip
+                    stale = stream_grades(pool, verifier, samples, opts, writer, expect=fp.digest)
+                    writer.flush()
+                    if not stale:
+                        break
+                    # its processes hold other code than the files: fresh ones import them
+                    pool.close()
+                    for i in stale:
+                        summaries[(samples.run_id(i), name)].stale += 1
     finally:
         if own_pool:
             pool.close()

@@ -22,7 +22,6 @@ from flows.score import (
     RunScore,
     ScoreOptions,
     ingest_task,
-    note_loaded,
     score_runs,
     scoring_pool,
     start_early,
@@ -89,7 +88,7 @@ def _generate_and_score(
 ) -> tuple[list[GenerationResult], dict[str, list[str]], list[RunScore]]:
     """The embedded stages: generate, ingest, score (and the retry pass), in this process."""
     names = sorted({n for t in cfg.tasks for n in t.verifiers})
-    loaded = note_loaded(names)
+    loaded = current_fingerprints(names)
     opts = ScoreOptions(workers=workers, progress=progress)
     # The scoring workers start and the verifiers' helpers (math: sympy, ~2 s of CPU) boot
     # while the models generate, so scoring starts warm.
@@ -99,7 +98,10 @@ def _generate_and_score(
         logs = [g.log for g in generations if g.log]
         plan, _ = ingest_task(str(cfg.warehouse), logs, None)
         if current_fingerprints(names) != loaded:
-            # a verifier was edited during generation: what the early workers imported is stale
+            # a verifier was edited during generation: what the early workers imported is
+            # stale. The stage would find out from their first chunks (it never writes a
+            # chunk graded by other code than the files hold) and grade them again; starting
+            # fresh workers now saves that pass.
             pool.close()
             pool = scoring_pool(opts)
         scores = score_runs(cfg.warehouse, plan, opts, pool)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scorers.loaded_code import note_helper_sources
 from scorers.zygote import STARTUP_TIMEOUT_S, RemoteZygote, Zygote, ZygoteFailed, broker_zygote
 
 __all__ = [
@@ -148,6 +149,9 @@ class BoundedPool:
                 # A zygote shared by the processes of one stage when its parent offers one
                 # (scorers.zygote); otherwise this pool boots its own.
                 self._zygote = broker_zygote(self.preload) or Zygote(self.preload)
+                # its workers run part of the caller's code: what it compiled counts in the
+                # caller's fingerprint of that code (scorers.loaded_code)
+                note_helper_sources(self._zygote.sources)
             return self._zygote
 
     def _launch(self) -> None:

@@ -5,7 +5,8 @@ first fingerprint: parsing the verifier's modules and scanning every installed d
 the import-name -> distribution map. Both are saved here and reused while their inputs are
 unchanged:
 
-- per-file facts, keyed on (resolved path, mtime_ns, size): an edited file gets a new key;
+- per-module facts, keyed on (module name, sha256 of the module's bytes): an edited file gets a
+  new key, and bytes seen before (an edit reverted) find theirs again;
 - the distribution map and the versions looked up, keyed on the mtimes of the `sys.path`
   directories: installing or removing a distribution adds or removes an entry in one of them.
 
@@ -23,8 +24,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-_FORMAT = 1
-_FILE_NAME = "fingerprint.json"
+_FORMAT = 2
+_MAX_FILES = 2000  # the newest entries kept: every edit of a module adds one
+# one file per format: a gradebook of another format sharing the directory (another checkout)
+# would otherwise replace the file on every call, and each process would start cold
+_FILE_NAME = f"fingerprint-{_FORMAT}.json"
 ENV_DIRS = ("site-packages", "dist-packages")
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
 
@@ -98,7 +102,7 @@ class FingerprintCache:
         data = {
             "format": _FORMAT,
             "interpreter": _interpreter(),
-            "files": {k: v for k, v in self.files.items() if _still_current(k)},
+            "files": dict(list(self.files.items())[-_MAX_FILES:]),
             "dists": self.dists,
         }
         directory = cache_dir()
@@ -117,15 +121,5 @@ class FingerprintCache:
         self.dirty = False
 
 
-def file_key(path: Path, mtime_ns: int, size: int) -> str:
-    return f"{path}\0{mtime_ns}\0{size}"
-
-
-def _still_current(key: str) -> bool:
-    # entries for files since edited or deleted are dropped, so the file does not grow forever
-    try:
-        path, mtime_ns, size = key.split("\0")
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return False
-    return str(st.st_mtime_ns) == mtime_ns and str(st.st_size) == size
+def file_key(name: str, sha256: str) -> str:
+    return f"{name}\0{sha256}"

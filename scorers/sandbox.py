@@ -40,7 +40,12 @@ from scorers.sandbox_image import ImageBuildError, image_tag, sandbox_users
 
 LABEL = "gradebook.sandbox"
 OWNER_LABEL = "gradebook.owner"
-HARNESS_SOURCE = Path(_harness.__file__).read_text()
+# The harness the containers run is the source this process imported (and fingerprinted), not
+# the file as it reads later; recorded by scorers.loaded_code when the import was recorded.
+HARNESS_SOURCE = (
+    getattr(_harness.__spec__.loader, "recorded_source", None)
+    or Path(_harness.__file__).read_bytes()
+).decode("utf-8")
 _PYTHON = ["python3", "-I", "-S", "-B", "-c", HARNESS_SOURCE]
 
 RunStatus = Literal["passed", "failed", "timeout", "error"]

@@ -30,6 +30,9 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
+from typing import Any
+
+from scorers import loaded_code
 
 __all__ = [
     "STARTUP_TIMEOUT_S",
@@ -96,8 +99,10 @@ class Zygote:
         """Start the zygote and (unless `wait` is False: then call `wait_ready()`) wait until
         it has imported `preload`."""
         ours, theirs = socket.socketpair()
-        code = f"import sys; sys.path.insert(0, {_ROOT!r}); import scorers.zygote as z; " \
-            f"z.zygote_main({theirs.fileno()})"  # fmt: skip
+        # recording what it compiles from its first import: its workers run part of a
+        # verifier, and the verifier's fingerprint must be of that code (scorers.loaded_code)
+        code = f"import sys; sys.path.insert(0, {_ROOT!r})\n{loaded_code.boot_code()}" \
+            f"import scorers.zygote as z; z.zygote_main({theirs.fileno()})"  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
         )
@@ -105,6 +110,8 @@ class Zygote:
         self._chan = _Channel(ours)
         self._lock = threading.Lock()
         self.ready = False
+        # what the zygote compiled (`loaded_code.own_sources()`), known once it is ready
+        self.sources: dict[str, Any] = {}
         self._chan.conn.send((list(sys.path), tuple(preload), WORKER_MEMORY_BYTES))
         if wait:
             self.wait_ready()
@@ -126,6 +133,7 @@ class Zygote:
         if status != "ready":
             self.close()
             raise ZygoteFailed(f"verification worker failed to start: {payload}")
+        self.sources = payload or {}
         self.ready = True
 
     def alive(self) -> bool:
@@ -185,7 +193,8 @@ def reap_later(proc: subprocess.Popen, grace_s: float) -> None:
 class RemoteZygote:
     """A zygote owned by another process, reached over a channel it handed out."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, sources: dict[str, Any] | None = None) -> None:
+        self.sources = sources or {}  # what the zygote compiled (see Zygote.sources)
         self._chan = _Channel(sock)
         self._lock = threading.Lock()
         self._dead = False
@@ -229,7 +238,7 @@ def zygote_main(fd: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - reported to the owner, who reports it on
             owner.conn.send(("error", f"{type(exc).__name__}: {exc}"))
             return
-        owner.conn.send(("ready", None))
+        owner.conn.send(("ready", loaded_code.own_sources()))
     except (EOFError, OSError):
         return  # the owner went away while this zygote was starting: nobody to serve
     zygote_pid = os.getpid()
@@ -391,12 +400,13 @@ class ZygoteBroker:
             except (EOFError, OSError):
                 return
             try:
-                client = self.zygote(preload).client_channel()
+                zygote = self.zygote(preload)
+                client = zygote.client_channel()
             except Exception as exc:  # noqa: BLE001 - the child falls back to its own zygote
-                reply: tuple[str, str | None] = ("error", f"{type(exc).__name__}: {exc}")
+                reply: tuple[str, Any] = ("error", f"{type(exc).__name__}: {exc}")
                 client = None
             else:
-                reply = ("ok", None)
+                reply = ("ok", zygote.sources)
             try:
                 chan.conn.send(reply)
                 if client is not None:
@@ -457,10 +467,10 @@ def broker_zygote(preload: Sequence[str]) -> RemoteZygote | None:
             chan.conn.send(("zygote", tuple(preload)))
             if not chan.conn.poll(STARTUP_TIMEOUT_S):
                 return None
-            status, _ = chan.conn.recv()
+            status, sources = chan.conn.recv()
             if status != "ok":
                 return None
-            return RemoteZygote(socket.socket(fileno=recv_handle(chan.sock)))
+            return RemoteZygote(socket.socket(fileno=recv_handle(chan.sock)), sources)
         except (EOFError, OSError):
             chan.close()
             _BROKER = None

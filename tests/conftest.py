@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+# As the CLI does: from here on this process records the exact source of every project module it
+# imports (scorers.loaded_code), so a verifier it grades in-process can be fingerprinted as run.
+import flows  # noqa: F401
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

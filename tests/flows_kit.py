@@ -57,11 +57,16 @@ def mock_outputs(wrong_ids: set[int]) -> Any:
 VERIFIER_SOURCE = textwrap.dedent(
     '''
     """exact_check: the last word of the completion must equal the target (test verifier)."""
+    import os
+
     from scorers.grade import SampleView, scored
     from scorers.registry import Verifier, register
 
     BOOM = {boom!r}
     OFFSET = 0
+    MARKS = {marks!r}  # a directory: each process that imports this module leaves a file there
+    if MARKS:
+        open(os.path.join(MARKS, str(os.getpid())), "w").close()
 
 
     def grade(view: SampleView):
@@ -86,8 +91,19 @@ VERIFIER_SOURCE = textwrap.dedent(
 )
 
 
-def write_verifier(directory: Path, module: str, name: str, boom: set[str] | None = None) -> Path:
-    """Write a test verifier module into `directory` (which the caller puts on sys.path)."""
+def write_verifier(
+    directory: Path,
+    module: str,
+    name: str,
+    boom: set[str] | None = None,
+    marks: Path | None = None,
+) -> Path:
+    """Write a test verifier module into `directory` (which the caller puts on sys.path);
+    with `marks`, every process importing it leaves a file named by its pid there."""
     path = directory / f"{module}.py"
-    path.write_text(VERIFIER_SOURCE.format(boom=set(boom or ()), name=name, module=module))
+    path.write_text(
+        VERIFIER_SOURCE.format(
+            boom=set(boom or ()), name=name, module=module, marks=str(marks) if marks else ""
+        )
+    )
     return path

@@ -31,7 +31,8 @@ def test_score_missing_log_and_unknown_verifier_exit_2(tmp_path):
     log = tmp_path / "y.eval"
     log.write_bytes(b"")
     result = runner.invoke(app, ["score", str(log), "--verifier", "nope"])
-    assert result.exit_code == 2 and "unknown verifier(s) ['nope']" in result.output
+    assert result.exit_code == 2 and "unknown verifier 'nope'" in result.output
+    assert "--verifier-module" in result.output  # the fix, in the same line
 
 
 def test_rescore_without_a_warehouse_exits_2(tmp_path):

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from scorers import fingerprint as fp_module
+from scorers import fingerprint_cache as fp_cache
 from scorers.fingerprint import fingerprint
 from scorers.fingerprint_cache import cache_dir, sys_path_stamp
 from scorers.registry import Verifier
@@ -167,7 +168,7 @@ def _no_parsing(monkeypatch):
 def test_a_new_process_reuses_the_disk_cache_with_the_same_result(toy, new_process, monkeypatch):
     _, verifier = toy
     cold = fingerprint(verifier(tol=1))  # nothing cached: computed, then saved
-    assert (cache_dir() / "fingerprint.json").is_file()
+    assert (cache_dir() / fp_cache._FILE_NAME).is_file()
     new_process()
     with monkeypatch.context() as m:
         _no_parsing(m)
@@ -183,7 +184,7 @@ def test_an_edited_file_is_reparsed_despite_the_disk_cache(toy, new_process):
     after = fingerprint(verifier())
     assert after.digest != before.digest
     new_process()
-    (cache_dir() / "fingerprint.json").unlink()
+    (cache_dir() / fp_cache._FILE_NAME).unlink()
     assert fingerprint(verifier()) == after  # the same as computed with no cache at all
 
 
@@ -195,7 +196,7 @@ def test_a_corrupt_cache_is_ignored_and_rewritten(toy, new_process, content):
     _, verifier = toy
     expected = fingerprint(verifier())
     new_process()
-    cache_file = cache_dir() / "fingerprint.json"
+    cache_file = cache_dir() / fp_cache._FILE_NAME
     cache_file.write_bytes(content)
     assert fingerprint(verifier()) == expected
     assert json.loads(cache_file.read_text())["files"]  # replaced by a valid cache
@@ -205,7 +206,7 @@ def test_corrupt_entries_are_recomputed(toy, new_process):
     _, verifier = toy
     expected = fingerprint(verifier())
     new_process()
-    cache_file = cache_dir() / "fingerprint.json"
+    cache_file = cache_dir() / fp_cache._FILE_NAME
     data = json.loads(cache_file.read_text())
     for entry in data["files"].values():
         entry["imports"] = 5

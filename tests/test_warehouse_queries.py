@@ -84,7 +84,8 @@ def pair(tmp_path_factory):
         con.execute(_runs_sql())
         # registered in an order that differs from when each fingerprint first scored
         con.execute(
-            "INSERT INTO wh.verifiers VALUES ('math', 'fp-new', 'n', '', '{}', "
+            "INSERT INTO wh.verifiers (name, fingerprint, label, source, params, first_seen) "
+            "VALUES ('math', 'fp-new', 'n', '', '{}', "
             "TIMESTAMPTZ '2025-12-01'), ('math', 'fp-old', 'o', '', '{}', TIMESTAMPTZ '2025-12-02')"
         )
     shuffled = rows[:]

@@ -220,6 +220,7 @@ def evaluate_gate(
     fingerprints: Mapping[str, str],
     *,
     sweep: str | None = None,
+    unloaded: Mapping[str, str] | None = None,
 ) -> GateResult:
     """Decide one run's gate from the warehouse (read-only; nothing is written).
 
@@ -229,6 +230,8 @@ def evaluate_gate(
         rules: the thresholds.
         fingerprints: scorer name -> its current fingerprint; scorers not named are ignored.
         sweep: recorded with the result.
+        unloaded: scorer -> how to load it, for verifiers that are not loaded in the caller
+            (so have no current fingerprint): a run they scored cannot be evaluated.
     """
     result = GateResult(
         gate_id=uuid.uuid4().hex,
@@ -254,11 +257,17 @@ def evaluate_gate(
 
     present = _fingerprints_present(con, resolved)
     scorers = [s for s in sorted(present) if s in fingerprints]
+    missing = [s for s in sorted(present) if s not in fingerprints and s in (unloaded or {})]
+    for scorer in missing:
+        result.problems.append(
+            f"run {resolved} was scored by verifier {scorer!r}, which is not loaded here: "
+            f"{(unloaded or {})[scorer]}"
+        )
     if not present:
         result.problems.append(
             f"run {resolved} has no scores yet: score it with `gradebook score --run {resolved}`"
         )
-    elif not scorers:
+    elif not scorers and not missing:
         result.problems.append(
             f"run {resolved} is scored only by {', '.join(sorted(present))}, none of which is a "
             f"registered verifier now ({', '.join(sorted(fingerprints)) or 'none'})"
@@ -347,6 +356,7 @@ def gate_run(
     *,
     sweep: str | None = None,
     record: bool = True,
+    unloaded: Mapping[str, str] | None = None,
 ) -> GateResult:
     """Evaluate one run's gate and append it to the `gates` table.
 
@@ -360,9 +370,10 @@ def gate_run(
         fingerprints: scorer name -> its current fingerprint.
         sweep: the sweep this evaluation belongs to, if any.
         record: False to evaluate without writing (a dry run).
+        unloaded: as for `evaluate_gate`.
     """
     with warehouse.read() as con:
-        result = evaluate_gate(con, run_id, rules, fingerprints, sweep=sweep)
+        result = evaluate_gate(con, run_id, rules, fingerprints, sweep=sweep, unloaded=unloaded)
     if record and result.task is not None:
         with warehouse.write() as con:
             record_gate(con, result)

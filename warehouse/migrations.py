@@ -18,8 +18,10 @@ import duckdb
 from warehouse.connection import one
 from warehouse.gate_migrations import GATES_TABLE_SQL, PASS_AT_K_SQL
 from warehouse.log_stamps import LOG_STAMP_SQL
+from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
 from warehouse.query_migrations import QUERY_VIEWS_SQL
 from warehouse.retry_migrations import RETRY_ATTEMPTS_SQL
+from warehouse.verifier_modules import VERIFIER_MODULE_SQL
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,8 @@ MIGRATIONS: list[Migration] = [
     Migration("run_metrics in one pass; grade_flips from wh.flip_pairs", QUERY_VIEWS_SQL),
     Migration("scores.attempt: retries of unscored samples; current_scores", RETRY_ATTEMPTS_SQL),
     Migration("runs.log_mtime_ns, log_inode, log_seen_at: stat-checked re-ingest", LOG_STAMP_SQL),
+    Migration("fingerprint_changes, current_verifiers: newest = current", NEWEST_FINGERPRINT_SQL),
+    Migration("verifiers.module: the module that provides each verifier", VERIFIER_MODULE_SQL),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from warehouse import log_stamps
 from warehouse.connection import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, connect, one
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
+from warehouse.newest_fingerprint import CHANGED_SQL, RECORD_CURRENT_SQL
 from warehouse.prefetch import prefetch
 from warehouse.query_migrations import flip_pairs_select
 from warehouse.schema import (
@@ -327,14 +328,21 @@ class Warehouse:
 
     # -- verifiers and scores ------------------------------------------------------------------
 
-    def register_verifier(self, fp: Any) -> bool:
+    def register_verifier(self, fp: Any, *, current: bool = False) -> bool:
         """Record a verifier fingerprint (`scorers.fingerprint.VerifierFingerprint`).
+
+        Args:
+            fp: the fingerprint.
+            current: it is the fingerprint of the verifier's code as it is now: also record
+                that (`record_current`), in the same transaction.
 
         Returns:
             True when this (name, digest) was not known before.
         """
         params = fp.params if not is_dataclass(fp.params) else asdict(fp.params)
         with self.write() as con:
+            if current:
+                _record_current(con, {fp.name: fp.digest})
             known = one(
                 con.execute(
                     "SELECT count(*) FROM wh.verifiers WHERE name = ? AND fingerprint = ?",
@@ -344,10 +352,61 @@ class Warehouse:
             if known and known[0]:
                 return False
             con.execute(
-                "INSERT INTO wh.verifiers VALUES (?, ?, ?, ?, ?, now())",
-                [fp.name, fp.digest, fp.label, fp.source, json.dumps(params, sort_keys=True)],
+                "INSERT INTO wh.verifiers (name, fingerprint, label, source, params, first_seen, "
+                "module) VALUES (?, ?, ?, ?, ?, now(), ?)",
+                [
+                    fp.name,
+                    fp.digest,
+                    fp.label,
+                    fp.source,
+                    json.dumps(params, sort_keys=True),
+                    getattr(fp, "module", None) or None,
+                ],
             )
             return True
+
+    def record_current(self, fingerprints: Mapping[str, str], *, wait: bool = True) -> list[str]:
+        """Record that these are the verifiers' fingerprints now (scorer -> digest of its code
+        as it is now), so the views' "newest" (`current_verifiers`) is the current code's.
+
+        Appends a `fingerprint_changes` row for each scorer whose last recorded fingerprint is
+        another (or none); asks read-only first, so the usual "nothing changed" takes no write
+        lock. A missing warehouse is not created.
+
+        Args:
+            fingerprints: scorer -> current digest.
+            wait: False for a command that only reads: skip the record (the next command that
+                writes makes it) rather than wait for another process's write lock.
+
+        Returns:
+            The scorers whose change was recorded.
+        """
+        if not fingerprints or not self.path.exists():
+            return []
+        params = {"scorers": list(fingerprints), "fingerprints": list(fingerprints.values())}
+        try:
+            with self.read() as con:
+                if not con.execute(CHANGED_SQL, params).fetchall():
+                    return []
+        except WarehouseLocked:
+            if wait:
+                raise
+            return []
+        if wait:
+            with self.write() as con:
+                return _record_current(con, fingerprints)
+        try:
+            con = connect(self.path, read_only=False, timeout_s=0)
+        except WarehouseLocked:
+            return []
+        try:
+            self._ensure_schema(con)
+            con.execute("BEGIN TRANSACTION")
+            changed = _record_current(con, fingerprints)
+            con.execute("COMMIT")
+            return changed
+        finally:
+            con.close()
 
     def samples_to_score(
         self,
@@ -536,6 +595,11 @@ def stage_scores(rows: pa.Table, directory: Path) -> Path:
     final = directory / name
     os.replace(tmp, final)
     return final
+
+
+def _record_current(con: duckdb.DuckDBPyConnection, fingerprints: Mapping[str, str]) -> list[str]:
+    params = {"scorers": list(fingerprints), "fingerprints": list(fingerprints.values())}
+    return [r[0] for r in con.execute(RECORD_CURRENT_SQL, params).fetchall()]
 
 
 def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:
