@@ -18,13 +18,7 @@ import typer
 from rich.table import Table
 
 from flows.console import console
-from warehouse import (
-    DEFAULT_DB,
-    SchemaTooNew,
-    Warehouse,
-    WarehouseLocked,
-    WarehouseMissing,
-)
+from warehouse import DEFAULT_DB, Warehouse, WarehouseError
 
 DbOption = Annotated[
     Path,
@@ -66,7 +60,7 @@ def ingest(
     wh = Warehouse(db, lock_timeout_s=lock_timeout)
     try:
         results = wh.ingest_logs(logs, progress=progress)
-    except (WarehouseLocked, SchemaTooNew) as exc:
+    except WarehouseError as exc:
         raise _fail(str(exc)) from None
     failed = 0
     for r in results:
@@ -97,7 +91,7 @@ def sql(
             cursor = con.execute(query)
             columns = [d[0] for d in cursor.description] if cursor.description else []
             rows = cursor.fetchall() if columns else []
-    except (WarehouseLocked, WarehouseMissing, SchemaTooNew) as exc:
+    except WarehouseError as exc:
         raise _fail(str(exc)) from None
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -136,7 +130,7 @@ def export(
     wh = Warehouse(db, lock_timeout_s=lock_timeout)
     try:
         written = wh.export_parquet(parquet)
-    except (WarehouseLocked, WarehouseMissing, SchemaTooNew) as exc:
+    except WarehouseError as exc:
         raise _fail(str(exc)) from None
     for view, path in written.items():
         typer.echo(f"{view}: {path}")

@@ -22,7 +22,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from warehouse import log_stamps
-from warehouse.connection import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, connect, one
+from warehouse.connection import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    WarehouseError,
+    WarehouseLocked,
+    WarehouseUnusable,
+    connect,
+    one,
+    os_errno_of,
+    unusable,
+)
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
 from warehouse.prefetch import prefetch
 from warehouse.query_migrations import flip_pairs_select
@@ -41,7 +50,7 @@ DEFAULT_DB = "gradebook.duckdb"
 _STAGED_DONE = "loaded"
 
 
-class WarehouseMissing(FileNotFoundError):
+class WarehouseMissing(WarehouseError, FileNotFoundError):
     """A read was asked of a database file that does not exist."""
 
 
@@ -139,15 +148,56 @@ class Warehouse:
         """
         con = connect(self.path, read_only=False, timeout_s=self.lock_timeout_s)
         try:
-            # on this connection: a connect (~20-40 ms here) fewer per Warehouse
-            self._ensure_schema(con)
-            con.execute("BEGIN TRANSACTION")
+            try:
+                # on this connection: a connect (~20-40 ms here) fewer per Warehouse
+                self._ensure_schema(con)
+                con.execute("BEGIN TRANSACTION")
+            except duckdb.Error as exc:
+                raise _write_error(self.path, exc) from None
             try:
                 yield con
-            except BaseException:
-                con.execute("ROLLBACK")
+            except BaseException as exc:
+                _rollback(con)
+                if isinstance(exc, duckdb.Error) and os_errno_of(exc) is not None:
+                    raise _write_error(self.path, exc) from None
                 raise
-            con.execute("COMMIT")
+            try:
+                con.execute("COMMIT")
+            except duckdb.Error as exc:
+                # a full disk or a read-only file system: the transaction is not in the file
+                raise _write_error(self.path, exc) from None
+        finally:
+            con.close()
+
+    def check(self) -> None:
+        """Cheaply check that the file can be this command's warehouse, before long work.
+
+        An existing file must open as a gradebook warehouse (a lock held by another process
+        is fine: the work waits for it as usual); a new one needs a writable directory.
+
+        Raises:
+            WarehouseUnusable: not a DuckDB file, a missing or read-only directory.
+            SchemaTooNew: written by a newer gradebook.
+        """
+        if not self.path.exists():
+            parent = self.path.parent
+            if not parent.is_dir():
+                raise WarehouseUnusable(
+                    f"{self.path}: cannot create the warehouse: no such directory {parent}; "
+                    "create it, or pass --db another path"
+                )
+            if not os.access(parent, os.W_OK):
+                raise WarehouseUnusable(
+                    f"{self.path}: cannot create the warehouse: {parent} is not writable; "
+                    "pass --db a file in a writable directory"
+                )
+            return
+        try:
+            con = connect(self.path, read_only=True, timeout_s=0)
+        except WarehouseLocked:
+            return
+        try:
+            check_not_newer(current_version(con), str(self.path))
         finally:
             con.close()
 
@@ -297,7 +347,7 @@ class Warehouse:
         """
         try:
             con = connect(self.path, read_only=False, timeout_s=0)
-        except WarehouseLocked:
+        except WarehouseError:  # locked, or not writable: the next real write says so
             return
         try:
             self._ensure_schema(con)
@@ -536,6 +586,21 @@ def stage_scores(rows: pa.Table, directory: Path) -> Path:
     final = directory / name
     os.replace(tmp, final)
     return final
+
+
+def _write_error(path: Path, exc: duckdb.Error) -> Exception:
+    """A failed write as the one-line error a user acts on when the OS refused it (full disk,
+    read-only file system); any other DuckDB error is left as it is."""
+    if os_errno_of(exc) is None:
+        return exc
+    return unusable(path, exc, doing="write")
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass  # the failed statement already ended the transaction (or invalidated the file)
 
 
 def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:
