@@ -24,6 +24,7 @@ from prefect.cache_policies import NONE as NO_CACHE
 
 from flows.console import console
 from flows.score import RunScore, ScoreOptions, score_runs
+from warehouse.commands import command
 from warehouse.schema import RETRYABLE_REASONS
 
 __all__ = [
@@ -273,7 +274,7 @@ class InfraRetry:
     def retried(self) -> int:
         return sum(w.written for w in self.written)
 
-    def summary(self) -> str | None:
+    def summary(self, warehouse: str | Path = "gradebook.duckdb") -> str | None:
         """One line for the watcher's output, or None when nothing was graded again."""
         if not self.retried:
             return None
@@ -288,7 +289,7 @@ class InfraRetry:
         if self.at_cap:
             line += (
                 f"; {self.at_cap} unscored after {WATCH_MAX_ATTEMPT} attempts "
-                "(gradebook rescore --retry-unscored)"
+                f"({command('rescore', '--db', warehouse, '--retry-unscored')})"
             )
         return line
 
@@ -390,7 +391,7 @@ def watch_verifiers(
     # not a task of its own: a task run a minute with nothing to do would fill the UI; the
     # scores it writes are task runs (write-scores) like any stage's
     retry = retry_infrastructure(warehouse, opts)
-    line = retry.summary()
+    line = retry.summary(warehouse)
     if line:
         console.print(f"verifier watcher: {line}", soft_wrap=True)
     return WatchResult(rescored, retry)

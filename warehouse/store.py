@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from warehouse import log_stamps
+from warehouse.commands import command
 from warehouse.connection import (
     DEFAULT_LOCK_TIMEOUT_S,
     WarehouseError,
@@ -124,8 +125,8 @@ class Warehouse:
         """
         if not self.path.exists():
             raise WarehouseMissing(
-                f"{self.path}: no warehouse here: run `gradebook ingest LOG...` first, "
-                f"or pass --db / set GRADEBOOK_DB"
+                f"{self.path}: no warehouse here: run `{command('ingest', '--db', self.path)} "
+                "LOG...` first, or pass --db / set GRADEBOOK_DB"
             )
         con = connect(self.path, read_only=True, timeout_s=self.lock_timeout_s)
         try:
