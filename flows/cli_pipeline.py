@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.console import console, err_console, quiet_prefect
+from warehouse.commands import command
 
 __all__ = ["register"]
 
@@ -56,29 +57,48 @@ def _run_flow(
     from flows.config import ConfigError
     from flows.server import PrefectServerError
     from flows.session import PrefectUnavailable, prefect_session
-    from warehouse import WarehouseLocked
+    from warehouse import WarehouseError
 
     quiet_prefect(verbose)
     try:
         with prefect_session(meanwhile=meanwhile):
             return fn()
-    except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseLocked) as exc:
+    except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseError) as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
         raise _fail("interrupted", 130) from None
 
 
-def _load(config: Path, *, tasks: bool = False) -> Any:
-    """Load a sweep config; with `tasks`, also load each task once (before Prefect starts)."""
+def _load(config: Path, *, tasks: bool = False, generates: bool = False) -> Any:
+    """Load a sweep config; with `tasks`, also load each task once (before Prefect starts);
+    with `generates` (the command generates now), also check each model's environment and the
+    warehouse the results go to."""
     from flows.config import ConfigError, load_config
 
     try:
         cfg = load_config(config)
         if tasks:
             _check_tasks(cfg)
+        if generates:
+            from flows.model_servers import check_model_env
+
+            check_model_env(cfg)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    if generates:
+        _check_warehouse(cfg.warehouse)
     return cfg
+
+
+def _check_warehouse(db: Path) -> None:
+    """Fail now, before Prefect starts or a model is called, on a --db that cannot be a
+    warehouse (not a DuckDB file, a missing directory, a read-only file system)."""
+    from warehouse import Warehouse, WarehouseError
+
+    try:
+        Warehouse(db).check()
+    except WarehouseError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _check_tasks(cfg: Any) -> None:
@@ -149,7 +169,7 @@ def sweep(
     """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary."""
     from flows.sweep import sweep_flow
 
-    cfg = _load(config)
+    cfg = _load(config, generates=True)
     result = _run_flow(
         verbose,
         lambda: sweep_flow(cfg, workers=workers, gate=not no_gate),
@@ -167,7 +187,7 @@ def generate(
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
     from flows.generate import generate_flow
 
-    cfg = _load(config)
+    cfg = _load(config, generates=True)
     results = _run_flow(verbose, lambda: generate_flow(cfg), meanwhile=lambda: _check_tasks(cfg))
     table = Table(title="generated logs", title_justify="left")
     for col in ("model", "task", "samples", "errored", "status", "log"):
@@ -197,15 +217,17 @@ def score(
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
-    from flows.score import score_flow
-    from scorers.registry import all_verifiers
-
     missing = [str(p) for p in logs if not p.exists()]
     if missing:
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
+    _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
+
+    from flows.score import score_flow
+    from scorers.registry import all_verifiers
+
     unknown = sorted(set(verifier or []) - set(all_verifiers()))
     if unknown:
-        raise _fail(f"unknown verifier(s) {unknown}; see `gradebook verifiers`")
+        raise _fail(f"unknown verifier(s) {unknown}; see `{command('verifiers')}`")
     try:
         summaries = _run_flow(
             verbose,
@@ -240,12 +262,25 @@ def rescore(
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
-    from flows.rescore import MAX_FLIPS_SHOWN, plan_rescore, rescore_flow
-
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
+    _check_warehouse(db)  # before the imports below (Prefect: seconds)
+
+    from flows.rescore import MAX_FLIPS_SHOWN, plan_rescore, rescore_flow
+    from scorers.registry import all_verifiers
+    from warehouse import WarehouseError
+
+    unknown = sorted(set(scorer or []) - set(all_verifiers()))
+    if unknown:
+        raise _fail(
+            f"unknown verifier(s) {unknown}; registered: {', '.join(sorted(all_verifiers()))} "
+            f"(see `{command('verifiers')}`)"
+        )
     if dry_run:
-        plans = plan_rescore(db, scorer, retry_unscored=retry_unscored)
+        try:
+            plans = plan_rescore(db, scorer, retry_unscored=retry_unscored)
+        except WarehouseError as exc:
+            raise _fail(str(exc)) from None
     else:
         plans = _run_flow(
             verbose,
@@ -278,20 +313,29 @@ def verifiers(db: DbOption = Path("gradebook.duckdb")) -> None:
     """List verifiers: name, current fingerprint, label, first seen, samples graded."""
     from scorers.fingerprint import fingerprint
     from scorers.registry import all_verifiers
-    from warehouse import Warehouse
+    from warehouse import Warehouse, WarehouseError
 
     seen: dict[tuple[str, str], tuple[Any, int]] = {}
-    if db.exists():
-        with Warehouse(db).read() as con:
-            for name, digest, first, n in con.execute(
-                "SELECT f.scorer, f.fingerprint, f.first_seen, "
-                # per sample, by its latest attempt: an outage's unscored attempts are not
-                # grades, and a retried sample counts once
-                "(SELECT count(*) FROM current_scores s WHERE s.scorer = f.scorer "
-                " AND s.fingerprint = f.fingerprint AND s.status = 'scored') "
-                "FROM fingerprint_order f"
-            ).fetchall():
-                seen[(name, digest)] = (first, n)
+    if not db.exists():
+        err_console.print(
+            f"note: {escape(str(db))}: no warehouse here, so nothing is counted as graded; "
+            "pass --db (or set GRADEBOOK_DB) to count a warehouse's grades",
+            soft_wrap=True,
+        )
+    else:
+        try:
+            with Warehouse(db).read() as con:
+                for name, digest, first, n in con.execute(
+                    "SELECT f.scorer, f.fingerprint, f.first_seen, "
+                    # per sample, by its latest attempt: an outage's unscored attempts are not
+                    # grades, and a retried sample counts once
+                    "(SELECT count(*) FROM current_scores s WHERE s.scorer = f.scorer "
+                    " AND s.fingerprint = f.fingerprint AND s.status = 'scored') "
+                    "FROM fingerprint_order f"
+                ).fetchall():
+                    seen[(name, digest)] = (first, n)
+        except WarehouseError as exc:
+            raise _fail(str(exc)) from None
     table = Table(title="verifiers", title_justify="left")
     table.add_column("name", no_wrap=True)
     table.add_column("fingerprint", no_wrap=True, min_width=12)
@@ -321,6 +365,8 @@ def serve(
     # every config and its tasks before the server starts: a bad spec would otherwise fail
     # only at its scheduled run, hours later, with nothing said at registration
     cfgs = [_load(c, tasks=True) for c in configs]
+    for cfg in cfgs:
+        _check_warehouse(cfg.warehouse)
     quiet_prefect(verbose)
     try:
         serve_configs(cfgs, watch_every=watch_every)
