@@ -46,6 +46,12 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
+def server_of(header: EvalLog) -> str:
+    """What a run's generation talked to, for error messages: "<model> at <base url>"."""
+    spec = header.eval
+    return f"{spec.model} at {spec.model_base_url}" if spec.model_base_url else spec.model
+
+
 def check_log_path(path: str) -> None:
     """Fail early, in one line, on a path that cannot be an Inspect log."""
     if not path.endswith((".eval", ".json")):

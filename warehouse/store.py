@@ -301,7 +301,8 @@ class Warehouse:
             batches = logs.iter_sample_columns(
                 path, header, run.run_id, have, batch_size=batch_size, fast=direct_read
             )
-            for samples, messages, last in prefetch((*c.tables(), c.last) for c in batches):
+            server = logs.server_of(header)
+            for samples, messages, last in prefetch((*c.tables(server), c.last) for c in batches):
                 with self.write() as con:
                     added += _append_samples(con, samples, messages)
                     # a batch known to be the log's last also completes the run: one
