@@ -6,18 +6,14 @@ database, bad SQL), each reported as one line on stderr that says what to do.
 
 from __future__ import annotations
 
-import csv
-import json
-import sys
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import duckdb
 import typer
-from rich.table import Table
 
 from flows.console import console
+from flows.sql_print import OutputFormat, print_rows
 from warehouse import DEFAULT_DB, Warehouse, WarehouseError
 
 DbOption = Annotated[
@@ -37,12 +33,6 @@ LockOption = Annotated[
         help="Seconds to wait while another process holds the database lock.",
     ),
 ]
-
-
-class OutputFormat(StrEnum):
-    table = "table"
-    csv = "csv"
-    json = "json"
 
 
 def _fail(message: str) -> typer.Exit:
@@ -79,9 +69,14 @@ def ingest(
 def sql(
     query: Annotated[str, typer.Argument(help="SQL to run on a read-only connection.")],
     db: DbOption = Path(DEFAULT_DB),
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = (
-        OutputFormat.table
-    ),
+    fmt: Annotated[
+        OutputFormat,
+        typer.Option(
+            "--format",
+            help="auto: a table if it fits the terminal, else one 'column = value' line per "
+            "column (line); csv and json keep the exact text.",
+        ),
+    ] = OutputFormat.auto,
     lock_timeout: LockOption = 5.0,
 ) -> None:
     """Query the warehouse (read-only): `gradebook sql "SELECT * FROM run_metrics"`."""
@@ -98,23 +93,7 @@ def sql(
         raise _fail(
             f"query failed: {first} (the views are listed in the README (The warehouse))"
         ) from None
-    _print_rows(columns, rows, fmt)
-
-
-def _print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: OutputFormat) -> None:
-    if fmt is OutputFormat.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows(rows)
-    elif fmt is OutputFormat.json:
-        records = [dict(zip(columns, row, strict=True)) for row in rows]
-        typer.echo(json.dumps(records, default=str, indent=1))
-    else:
-        table = Table(*columns, show_lines=False)
-        for row in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
-        console.print(table, soft_wrap=True)
-        typer.echo(f"{len(rows)} row{'s' if len(rows) != 1 else ''}")
+    print_rows(columns, rows, fmt, console)
 
 
 def export(

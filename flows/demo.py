@@ -203,7 +203,7 @@ def run_demo(directory: Path) -> int:
         "# edit a verifier (e.g. scorers/math.py), then re-grade every saved sample:",
         command("rescore", "--db", db, "--dry-run"),
         command("rescore", "--db", db),
-        command("sql", "--db", db, "SELECT * FROM grade_flips"),
+        command("sql", "--db", db, "--format", "line", "SELECT * FROM grade_flips"),
         command("report", "--db", db),
     )
     if any(g.log is None for g in result.generations):

@@ -47,10 +47,11 @@ class Ran:
 
 def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 600) -> Ran:
     """Run `argv` (its first item the program) and return what a terminal would have shown."""
-    proc = subprocess.run(
-        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=timeout, check=False)
+    # decoded by hand: text=True would turn every "\r" into "\n" (universal newlines)
+    return Ran(
+        proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
     )
-    return Ran(proc.returncode, proc.stdout, proc.stderr)
 
 
 def gradebook(*args: str, env: dict[str, str], cwd: Path, timeout: float = 600) -> Ran:
