@@ -40,6 +40,13 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _write_problem(exc: BaseException) -> str:
+    from warehouse.connection import os_cause
+
+    cause = os_cause(exc) or " ".join(str(exc).split())[:200]
+    return f"cannot write the Parquet files ({cause}); pass --parquet another directory"
+
+
 def ingest(
     logs: Annotated[list[str], typer.Argument(help="Inspect logs (.eval or .json) to ingest.")],
     db: DbOption = Path(DEFAULT_DB),
@@ -98,12 +105,12 @@ def sql(
 
 def export(
     parquet: Annotated[
-        Path, typer.Option("--parquet", help="Directory to write one .parquet per table view.")
+        Path, typer.Option("--parquet", help="Directory to write one .parquet file per view.")
     ],
     db: DbOption = Path(DEFAULT_DB),
     lock_timeout: LockOption = 5.0,
 ) -> None:
-    """Export runs, samples, messages, verifiers and scores as Parquet files."""
+    """Export every view (runs, samples, scores, run_metrics, grade_flips, gates, ...) as Parquet."""
     if parquet.exists() and not parquet.is_dir():
         raise _fail(f"{parquet} exists and is not a directory: pass a directory to --parquet")
     wh = Warehouse(db, lock_timeout_s=lock_timeout)
@@ -111,6 +118,8 @@ def export(
         written = wh.export_parquet(parquet)
     except WarehouseError as exc:
         raise _fail(str(exc)) from None
+    except (OSError, duckdb.Error) as exc:
+        raise _fail(f"{parquet}: {_write_problem(exc)}") from None
     for view, path in written.items():
         typer.echo(f"{view}: {path}")
 

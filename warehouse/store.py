@@ -31,6 +31,7 @@ from warehouse.connection import (
     connect,
     one,
     os_errno_of,
+    sql_str,
     unusable,
 )
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
@@ -553,19 +554,36 @@ class Warehouse:
     # -- export --------------------------------------------------------------------------------
 
     def export_parquet(self, directory: Path) -> dict[str, Path]:
-        """Write each documented table view to `directory/<view>.parquet`.
+        """Write every view of the warehouse (the documented interface: runs, samples, scores,
+        run_metrics, grade_flips, gates, ...) to `directory/<view>.parquet`.
+
+        Each file appears whole (written under a temporary name, then renamed).
 
         Returns:
-            view name -> file written.
+            view name -> file written, in name order.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         written = {}
         with self.read() as con:
-            for view in ("runs", "samples", "messages", "verifiers", "scores"):
+            views = [
+                name
+                for (name,) in con.execute(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_catalog = current_database() AND table_schema = 'main' "
+                    "AND table_type = 'VIEW' ORDER BY table_name"
+                ).fetchall()
+            ]
+            for view in views:
                 target = directory / f"{view}.parquet"
                 tmp = directory / f".{view}.{uuid.uuid4().hex}.parquet.tmp"
-                con.execute(f"COPY (SELECT * FROM {view}) TO '{_sql_str(tmp)}' (FORMAT parquet)")
+                try:
+                    con.execute(
+                        f"COPY (SELECT * FROM \"{view}\") TO '{sql_str(tmp)}' (FORMAT parquet)"
+                    )
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
                 os.replace(tmp, target)
                 written[view] = target
         return written
@@ -769,7 +787,3 @@ def _count_samples(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
 def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> int:
     row = one(con.execute(sql, params or []))
     return int(row[0]) if row and row[0] is not None else 0
-
-
-def _sql_str(path: Path) -> str:
-    return str(path).replace("'", "''")
