@@ -200,7 +200,9 @@ def generate(
 
 
 def score(
-    logs: Annotated[list[Path], typer.Argument(help="Inspect .eval logs to score.")],
+    logs: Annotated[
+        list[Path], typer.Argument(help="Inspect .eval logs, or directories of logs, to score.")
+    ],
     db: DbOption = Path("gradebook.duckdb"),
     verifier: Annotated[
         list[str] | None,
@@ -224,15 +226,27 @@ def score(
 
     from flows.score import score_flow
     from scorers.registry import all_verifiers
+    from warehouse.logs import LogReadError, expand_log_paths
 
     unknown = sorted(set(verifier or []) - set(all_verifiers()))
     if unknown:
         raise _fail(f"unknown verifier(s) {unknown}; see `{command('verifiers')}`")
     try:
+        paths = expand_log_paths(logs)
+    except LogReadError as exc:
+        raise _fail(str(exc)) from None
+    if scored_logs is not None:
+        from flows.scored_log import check_scored_log_dir
+
+        try:
+            check_scored_log_dir(paths, scored_logs)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    try:
         summaries = _run_flow(
             verbose,
             lambda: score_flow(
-                [str(p) for p in logs],
+                paths,
                 str(db),
                 verifier,
                 workers,

@@ -48,15 +48,24 @@ def _write_problem(exc: BaseException) -> str:
 
 
 def ingest(
-    logs: Annotated[list[str], typer.Argument(help="Inspect logs (.eval or .json) to ingest.")],
+    logs: Annotated[
+        list[str],
+        typer.Argument(help="Inspect logs (.eval or .json), or directories of logs, to ingest."),
+    ],
     db: DbOption = Path(DEFAULT_DB),
     lock_timeout: LockOption = 5.0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = False,
 ) -> None:
     """Ingest Inspect logs into the warehouse (idempotent; a grown log adds only new samples)."""
+    from warehouse.logs import LogReadError, expand_log_paths
+
+    try:
+        paths = expand_log_paths(logs)
+    except LogReadError as exc:
+        raise _fail(str(exc)) from None
     wh = Warehouse(db, lock_timeout_s=lock_timeout)
     try:
-        results = wh.ingest_logs(logs, progress=progress)
+        results = wh.ingest_logs(paths, progress=progress)
     except WarehouseError as exc:
         raise _fail(str(exc)) from None
     failed = 0
