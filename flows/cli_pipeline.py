@@ -301,10 +301,10 @@ def rescore(
             lambda: rescore_flow(str(db), scorer, workers=workers, retry_unscored=retry_unscored),
         )
     table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
-    for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flips"):
+    for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flipped"):
         table.add_column(col)
     for p in plans:
-        flips = "–" if dry_run or not p.changed else str(len(p.flips))
+        flips = "–" if dry_run or not p.changed else str(p.flipped_samples)
         table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
                       str(p.retries), flips)  # fmt: skip
     console.print(table)

@@ -80,6 +80,12 @@ class RescorePlan:
     def changed(self) -> bool:
         return bool(self.run_ids)
 
+    @property
+    def flipped_samples(self) -> int:
+        """Samples whose verdict flipped: `flips` has one row per (sample, older fingerprint),
+        so a sample graded under two older fingerprints is two rows but one sample."""
+        return len({(f["run_id"], f["sample_id"], f["epoch"]) for f in self.flips})
+
 
 def import_verifier_modules(modules: list[str]) -> None:
     for mod in modules:
@@ -208,8 +214,16 @@ def _publish_flips(plans: list[RescorePlan]) -> None:
         create_table_artifact(
             key=f"grade-flips-{plan.scorer}".lower().replace("_", "-"),
             table=rows,
-            description=f"{plan.scorer}: {len(plan.flips)} grade flips under {plan.digest[:12]}",
+            description=_flips_description(plan),
         )
+
+
+def _flips_description(plan: RescorePlan) -> str:
+    n = plan.flipped_samples
+    text = f"{plan.scorer}: {n} sample{'s' if n != 1 else ''} flipped under {plan.digest[:12]}"
+    if len(plan.flips) != n:
+        text += f" ({len(plan.flips)} flips against older fingerprints)"
+    return text
 
 
 @task(name="rescore", cache_policy=NO_CACHE)
