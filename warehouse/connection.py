@@ -14,6 +14,7 @@ works, and the file itself is unchanged (no migration).
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import time
@@ -147,10 +148,21 @@ def connect(
     path = Path(path)
     start = time.monotonic()
     delay = 0.02
-    attach = f"ATTACH '{sql_str(path)}' AS {CATALOG}" + (" (READ_ONLY)" if read_only else "")
+    attach = f"ATTACH IF NOT EXISTS '{sql_str(path)}' AS {CATALOG}" + (
+        " (READ_ONLY)" if read_only else ""
+    )
+    # One named in-memory database per (file, mode) in this process: connections opened while
+    # another is open share it and its attachment, as DuckDB shares the database of a file
+    # opened twice (a second, separate attachment of the same file is refused). When the last
+    # connection closes, the file is detached and its lock released.
+    mode = "ro" if read_only else "rw"
+    resolved = path.resolve()
+    key = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
     while True:
         # spills go where DuckDB puts them for a database file: next to it, not into the cwd
-        con = duckdb.connect(":memory:", config={"temp_directory": f"{path}.tmp"})
+        con = duckdb.connect(
+            f":memory:gradebook-{mode}-{key}", config={"temp_directory": f"{resolved}.tmp"}
+        )
         try:
             con.execute(attach)
             con.execute(f"USE {CATALOG}")
