@@ -145,11 +145,14 @@ def summary_table(result: Any) -> Table:
 
 
 def print_gate_problems(result: Any) -> None:
+    # soft_wrap: a problem names a command to run, which a folded line would break; escape:
+    # task names and paths are text, not markup
     for gate in result.gates.values():
+        where = escape(f"{gate.task} / {gate.model}")
         for rule in getattr(gate, "failing", []) or []:
-            console.print(f"  [red]gate[/red] {gate.task} / {gate.model}: {_rule_text(rule)}")
+            console.print(f"  [red]gate[/red] {where}: {escape(_rule_text(rule))}", soft_wrap=True)
         for problem in getattr(gate, "problems", []) or []:
-            console.print(f"  [yellow]gate[/yellow] {gate.task} / {gate.model}: {problem}")
+            console.print(f"  [yellow]gate[/yellow] {where}: {escape(problem)}", soft_wrap=True)
 
 
 def _rule_text(rule: Any) -> str:
