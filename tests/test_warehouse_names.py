@@ -61,3 +61,20 @@ def test_every_command_works_on_a_warehouse_of_any_name(
     con.execute(f"ATTACH '{d}' AS mine (READ_ONLY)")
     assert con.execute("SELECT count(*) FROM mine.run_metrics").fetchone() == (1,)
     con.close()
+
+
+def test_reads_nested_in_one_process_share_the_file_and_release_its_lock(
+    log: Path, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "wh.duckdb"
+    wh = Warehouse(db)
+    wh.ingest_logs([log])
+    with wh.read() as outer, Warehouse(str(db)).read() as inner:
+        assert outer.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+        assert inner.execute("SELECT count(*) FROM samples").fetchone() == (3,)
+    # every connection closed: another process can take the write lock at once
+    write = "import duckdb, sys; duckdb.connect(sys.argv[1]).execute('CHECKPOINT')"
+    assert subprocess.run([sys.executable, "-c", write, str(db)]).returncode == 0
