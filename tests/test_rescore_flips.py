@@ -54,7 +54,6 @@ def test_flips_are_counted_per_sample(prefect_api, tmp_path: Path) -> None:
 
     [plan] = rescore_flow(str(wh.path), ["math"], progress=False)
     assert len(plan.flips) == 6  # 3 samples x 2 older fingerprints
-    assert plan.flipped_samples == 3
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
@@ -63,3 +62,4 @@ def test_flips_are_counted_per_sample(prefect_api, tmp_path: Path) -> None:
     newest = max(artifacts, key=lambda a: a.created)
     assert newest.description.startswith(f"math: 3 samples flipped under {plan.digest[:12]}")
     assert "(6 flips against older fingerprints)" in newest.description
+    assert plan.flipped_samples == 3  # what `gradebook rescore` prints in its table
