@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from flows.cli_cluster import cluster_app
 from flows.cli_gate import register as register_gate_commands
@@ -10,6 +11,7 @@ from flows.cli_pipeline import register as register_pipeline_commands
 from flows.cli_reward import reward_app
 from flows.cli_sandbox import sandbox_app
 from flows.cli_warehouse import register as register_warehouse_commands
+from flows.console import err_console
 
 app = typer.Typer(
     name="gradebook",
@@ -28,7 +30,14 @@ app.add_typer(reward_app, name="reward")
 
 
 def main() -> None:
-    app()
+    from warehouse import WarehouseError
+
+    try:
+        app()
+    except WarehouseError as exc:
+        # every command maps these to one line itself; this is the net for a path that does not
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

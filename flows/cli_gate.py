@@ -18,7 +18,7 @@ from rich.table import Table
 
 from flows.console import console
 from flows.verifier_modules import ModulesOption
-from warehouse import DEFAULT_DB, SchemaTooNew, WarehouseLocked, WarehouseMissing
+from warehouse import DEFAULT_DB, Warehouse, WarehouseError
 from warehouse.gate_rules import GateResult, GateRules
 
 DbOption = Annotated[
@@ -164,14 +164,16 @@ def gate(
         sweep = config_sweep
     if not run and sweep is None:
         raise _fail("say what to gate: --run RUN_ID, --sweep NAME, or --config SWEEP.toml")
+    try:
+        Warehouse(db).check()  # a bad --db is one line now, not after the imports below
+    except WarehouseError as exc:
+        raise _fail(str(exc)) from None
     # Imported here: the gate stage pulls in Prefect (seconds) that `--help` never needs.
     from flows.gate import evaluate_gates, overall_exit_code
 
     try:
         results = evaluate_gates(db, run or None, rules=rules, sweep=sweep, record=not dry_run)
-    except WarehouseMissing as exc:
-        raise _fail(str(exc)) from None
-    except (WarehouseLocked, SchemaTooNew) as exc:
+    except WarehouseError as exc:
         raise _fail(str(exc)) from None
     code = overall_exit_code(results)
     if as_json:
@@ -201,7 +203,7 @@ def report(
         # effort: a report never waits for a writer)
         Warehouse(db).record_current(current_fingerprints(), wait=False)
         path = write_report(db, out)
-    except (WarehouseMissing, WarehouseLocked, SchemaTooNew) as exc:
+    except WarehouseError as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:
         raise _fail(

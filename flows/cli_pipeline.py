@@ -57,29 +57,48 @@ def _run_flow(
     from flows.config import ConfigError
     from flows.server import PrefectServerError
     from flows.session import PrefectUnavailable, prefect_session
-    from warehouse import WarehouseLocked
+    from warehouse import WarehouseError
 
     quiet_prefect(verbose)
     try:
         with prefect_session(meanwhile=meanwhile):
             return fn()
-    except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseLocked) as exc:
+    except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseError) as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
         raise _fail("interrupted", 130) from None
 
 
-def _load(config: Path, *, tasks: bool = False) -> Any:
-    """Load a sweep config; with `tasks`, also load each task once (before Prefect starts)."""
+def _load(config: Path, *, tasks: bool = False, generates: bool = False) -> Any:
+    """Load a sweep config; with `tasks`, also load each task once (before Prefect starts);
+    with `generates` (the command generates now), also check each model's environment and the
+    warehouse the results go to."""
     from flows.config import ConfigError, load_config
 
     try:
         cfg = load_config(config)
         if tasks:
             _check_tasks(cfg)
+        if generates:
+            from flows.model_servers import check_model_env
+
+            check_model_env(cfg)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    if generates:
+        _check_warehouse(cfg.warehouse)
     return cfg
+
+
+def _check_warehouse(db: Path) -> None:
+    """Fail now, before Prefect starts or a model is called, on a --db that cannot be a
+    warehouse (not a DuckDB file, a missing directory, a read-only file system)."""
+    from warehouse import Warehouse, WarehouseError
+
+    try:
+        Warehouse(db).check()
+    except WarehouseError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _check_tasks(cfg: Any) -> None:
@@ -126,11 +145,14 @@ def summary_table(result: Any) -> Table:
 
 
 def print_gate_problems(result: Any) -> None:
+    # soft_wrap: a problem names a command to run, which a folded line would break; escape:
+    # task names and paths are text, not markup
     for gate in result.gates.values():
+        where = escape(f"{gate.task} / {gate.model}")
         for rule in getattr(gate, "failing", []) or []:
-            console.print(f"  [red]gate[/red] {gate.task} / {gate.model}: {_rule_text(rule)}")
+            console.print(f"  [red]gate[/red] {where}: {escape(_rule_text(rule))}", soft_wrap=True)
         for problem in getattr(gate, "problems", []) or []:
-            console.print(f"  [yellow]gate[/yellow] {gate.task} / {gate.model}: {problem}")
+            console.print(f"  [yellow]gate[/yellow] {where}: {escape(problem)}", soft_wrap=True)
 
 
 def _rule_text(rule: Any) -> str:
@@ -177,7 +199,7 @@ def sweep(
     """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary."""
     from flows.sweep import sweep_flow
 
-    cfg = _load(config)
+    cfg = _load(config, generates=True)
     result = _run_flow(
         verbose,
         lambda: sweep_flow(cfg, workers=workers, gate=not no_gate),
@@ -195,7 +217,7 @@ def generate(
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
     from flows.generate import generate_flow
 
-    cfg = _load(config)
+    cfg = _load(config, generates=True)
     results = _run_flow(verbose, lambda: generate_flow(cfg), meanwhile=lambda: _check_tasks(cfg))
     table = Table(title="generated logs", title_justify="left")
     for col in ("model", "task", "samples", "errored", "status", "log"):
@@ -208,7 +230,9 @@ def generate(
 
 
 def score(
-    logs: Annotated[list[Path], typer.Argument(help="Inspect .eval logs to score.")],
+    logs: Annotated[
+        list[Path], typer.Argument(help="Inspect .eval logs, or directories of logs, to score.")
+    ],
     db: DbOption = Path("gradebook.duckdb"),
     verifier: Annotated[
         list[str] | None,
@@ -226,17 +250,31 @@ def score(
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
-    from flows.score import score_flow
-
     missing = [str(p) for p in logs if not p.exists()]
     if missing:
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
-    _load_verifiers(verifier_module, verifier or _named_by_logs(logs), db)
+    _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
+
+    from flows.score import score_flow
+    from warehouse.logs import LogReadError, expand_log_paths
+
+    try:
+        paths = expand_log_paths(logs)
+    except LogReadError as exc:
+        raise _fail(str(exc)) from None
+    _load_verifiers(verifier_module, verifier or _named_by_logs(paths), db)
+    if scored_logs is not None:
+        from flows.scored_log import check_scored_log_dir
+
+        try:
+            check_scored_log_dir(paths, scored_logs)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
     try:
         summaries = _run_flow(
             verbose,
             lambda: score_flow(
-                [str(p) for p in logs],
+                paths,
                 str(db),
                 verifier,
                 workers,
@@ -274,14 +312,20 @@ def rescore(
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
-    from flows.rescore import MAX_FLIPS_SHOWN, plan_rescore, rescore_flow
-    from flows.verifier_modules import unloaded_verifiers
-
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
+    _check_warehouse(db)  # before the imports below (Prefect: seconds)
+
+    from flows.rescore import MAX_FLIPS_SHOWN, plan_rescore, rescore_flow
+    from flows.verifier_modules import unloaded_verifiers
+    from warehouse import WarehouseError
+
     _load_verifiers(verifier_module, scorer or [], db)
     if dry_run:
-        plans = plan_rescore(db, scorer, retry_unscored=retry_unscored)
+        try:
+            plans = plan_rescore(db, scorer, retry_unscored=retry_unscored)
+        except WarehouseError as exc:
+            raise _fail(str(exc)) from None
     else:
         plans = _run_flow(
             verbose,
@@ -294,10 +338,10 @@ def rescore(
             ),
         )
     table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
-    for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flips"):
+    for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flipped"):
         table.add_column(col)
     for p in plans:
-        flips = "–" if dry_run or not p.changed else str(len(p.flips))
+        flips = "–" if dry_run or not p.changed else str(p.flipped_samples)
         table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
                       str(p.retries), flips)  # fmt: skip
     console.print(table)
@@ -326,24 +370,33 @@ def verifiers(
     from flows.verifier_modules import unloaded_verifiers
     from scorers.fingerprint import fingerprint
     from scorers.registry import all_verifiers
-    from warehouse import Warehouse
+    from warehouse import Warehouse, WarehouseError
 
     _load_verifiers(verifier_module, [], db)
     current = {name: fingerprint(v).digest for name, v in all_verifiers().items()}
-    # best effort: a listing never waits for a writer (the next scoring records it anyway)
-    Warehouse(db).record_current(current, wait=False)
     seen: dict[tuple[str, str], tuple[Any, int]] = {}
-    if db.exists():
-        with Warehouse(db).read() as con:
-            for name, digest, first, n in con.execute(
-                "SELECT f.scorer, f.fingerprint, f.first_seen, "
-                # per sample, by its latest attempt: an outage's unscored attempts are not
-                # grades, and a retried sample counts once
-                "(SELECT count(*) FROM current_scores s WHERE s.scorer = f.scorer "
-                " AND s.fingerprint = f.fingerprint AND s.status = 'scored') "
-                "FROM fingerprint_order f"
-            ).fetchall():
-                seen[(name, digest)] = (first, n)
+    if not db.exists():
+        err_console.print(
+            f"note: {escape(str(db))}: no warehouse here, so nothing is counted as graded; "
+            "pass --db (or set GRADEBOOK_DB) to count a warehouse's grades",
+            soft_wrap=True,
+        )
+    else:
+        try:
+            # best effort: a listing never waits for a writer (the next scoring records it)
+            Warehouse(db).record_current(current, wait=False)
+            with Warehouse(db).read() as con:
+                for name, digest, first, n in con.execute(
+                    "SELECT f.scorer, f.fingerprint, f.first_seen, "
+                    # per sample, by its latest attempt: an outage's unscored attempts are not
+                    # grades, and a retried sample counts once
+                    "(SELECT count(*) FROM current_scores s WHERE s.scorer = f.scorer "
+                    " AND s.fingerprint = f.fingerprint AND s.status = 'scored') "
+                    "FROM fingerprint_order f"
+                ).fetchall():
+                    seen[(name, digest)] = (first, n)
+        except WarehouseError as exc:
+            raise _fail(str(exc)) from None
     table = Table(title="verifiers", title_justify="left")
     table.add_column("name", no_wrap=True)
     table.add_column("fingerprint", no_wrap=True, min_width=12)
@@ -379,6 +432,8 @@ def serve(
     # every config and its tasks before the server starts: a bad spec would otherwise fail
     # only at its scheduled run, hours later, with nothing said at registration
     cfgs = [_load(c, tasks=True) for c in configs]
+    for cfg in cfgs:
+        _check_warehouse(cfg.warehouse)
     quiet_prefect(verbose)
     try:
         serve_configs(cfgs, watch_every=watch_every)

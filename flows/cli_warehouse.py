@@ -6,25 +6,15 @@ database, bad SQL), each reported as one line on stderr that says what to do.
 
 from __future__ import annotations
 
-import csv
-import json
-import sys
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import duckdb
 import typer
-from rich.table import Table
 
 from flows.console import console
-from warehouse import (
-    DEFAULT_DB,
-    SchemaTooNew,
-    Warehouse,
-    WarehouseLocked,
-    WarehouseMissing,
-)
+from flows.sql_print import OutputFormat, print_rows
+from warehouse import DEFAULT_DB, Warehouse, WarehouseError
 
 DbOption = Annotated[
     Path,
@@ -45,28 +35,38 @@ LockOption = Annotated[
 ]
 
 
-class OutputFormat(StrEnum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-
-
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(2)
 
 
+def _write_problem(exc: BaseException) -> str:
+    from warehouse.connection import os_cause
+
+    cause = os_cause(exc) or " ".join(str(exc).split())[:200]
+    return f"cannot write the Parquet files ({cause}); pass --parquet another directory"
+
+
 def ingest(
-    logs: Annotated[list[str], typer.Argument(help="Inspect logs (.eval or .json) to ingest.")],
+    logs: Annotated[
+        list[str],
+        typer.Argument(help="Inspect logs (.eval or .json), or directories of logs, to ingest."),
+    ],
     db: DbOption = Path(DEFAULT_DB),
     lock_timeout: LockOption = 5.0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = False,
 ) -> None:
     """Ingest Inspect logs into the warehouse (idempotent; a grown log adds only new samples)."""
+    from warehouse.logs import LogReadError, expand_log_paths
+
+    try:
+        paths = expand_log_paths(logs)
+    except LogReadError as exc:
+        raise _fail(str(exc)) from None
     wh = Warehouse(db, lock_timeout_s=lock_timeout)
     try:
-        results = wh.ingest_logs(logs, progress=progress)
-    except (WarehouseLocked, SchemaTooNew) as exc:
+        results = wh.ingest_logs(paths, progress=progress)
+    except WarehouseError as exc:
         raise _fail(str(exc)) from None
     failed = 0
     for r in results:
@@ -85,9 +85,14 @@ def ingest(
 def sql(
     query: Annotated[str, typer.Argument(help="SQL to run on a read-only connection.")],
     db: DbOption = Path(DEFAULT_DB),
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = (
-        OutputFormat.table
-    ),
+    fmt: Annotated[
+        OutputFormat,
+        typer.Option(
+            "--format",
+            help="auto: a table if it fits the terminal, else one 'column = value' line per "
+            "column (line); csv and json keep the exact text.",
+        ),
+    ] = OutputFormat.auto,
     lock_timeout: LockOption = 5.0,
 ) -> None:
     """Query the warehouse (read-only): `gradebook sql "SELECT * FROM run_metrics"`."""
@@ -97,47 +102,33 @@ def sql(
             cursor = con.execute(query)
             columns = [d[0] for d in cursor.description] if cursor.description else []
             rows = cursor.fetchall() if columns else []
-    except (WarehouseLocked, WarehouseMissing, SchemaTooNew) as exc:
+    except WarehouseError as exc:
         raise _fail(str(exc)) from None
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _fail(
             f"query failed: {first} (the views are listed in the README (The warehouse))"
         ) from None
-    _print_rows(columns, rows, fmt)
-
-
-def _print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: OutputFormat) -> None:
-    if fmt is OutputFormat.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows(rows)
-    elif fmt is OutputFormat.json:
-        records = [dict(zip(columns, row, strict=True)) for row in rows]
-        typer.echo(json.dumps(records, default=str, indent=1))
-    else:
-        table = Table(*columns, show_lines=False)
-        for row in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
-        console.print(table, soft_wrap=True)
-        typer.echo(f"{len(rows)} row{'s' if len(rows) != 1 else ''}")
+    print_rows(columns, rows, fmt, console)
 
 
 def export(
     parquet: Annotated[
-        Path, typer.Option("--parquet", help="Directory to write one .parquet per table view.")
+        Path, typer.Option("--parquet", help="Directory to write one .parquet file per view.")
     ],
     db: DbOption = Path(DEFAULT_DB),
     lock_timeout: LockOption = 5.0,
 ) -> None:
-    """Export runs, samples, messages, verifiers and scores as Parquet files."""
+    """Export every view (runs, samples, scores, run_metrics, grade_flips, gates, ...) as Parquet."""
     if parquet.exists() and not parquet.is_dir():
         raise _fail(f"{parquet} exists and is not a directory: pass a directory to --parquet")
     wh = Warehouse(db, lock_timeout_s=lock_timeout)
     try:
         written = wh.export_parquet(parquet)
-    except (WarehouseLocked, WarehouseMissing, SchemaTooNew) as exc:
+    except WarehouseError as exc:
         raise _fail(str(exc)) from None
+    except (OSError, duckdb.Error) as exc:
+        raise _fail(f"{parquet}: {_write_problem(exc)}") from None
     for view, path in written.items():
         typer.echo(f"{view}: {path}")
 

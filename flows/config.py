@@ -419,3 +419,21 @@ def _import_verifier_modules(modules: list[str], source: Path) -> None:
                 f"{source}: verifier_modules: cannot import {mod!r} ({exc}); install it or "
                 "put its directory on PYTHONPATH"
             ) from None
+        except Exception as exc:  # the module's own code failed: a bad config, not a crash
+            from flows.console import one_line
+
+            raise ConfigError(
+                f"{source}: verifier_modules: importing {mod!r} raised "
+                f"{one_line(exc, 200)}{_where(exc)}; fix the module, or remove it from "
+                "verifier_modules"
+            ) from None
+
+
+def _where(exc: BaseException) -> str:
+    """ " at file:line" of the failing line in the module's own code, when known."""
+    import traceback
+
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" at {exc.filename}:{exc.lineno}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""

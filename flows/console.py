@@ -43,10 +43,14 @@ for _c in (console, err_console):
 _VERBOSE = False
 
 # Must be in the environment before prefect is first imported: its settings are read then.
+# Processes this one starts inherit it: the flow-run subprocesses of `gradebook serve` then keep
+# their INFO lines ("Downloading flow code", "Finished in state Completed()") for the UI only,
+# through the API handler, which the console level does not touch.
 _QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",
     "PREFECT_LOGGING_LOG_PRINTS": "false",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
 }
 
 

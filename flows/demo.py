@@ -12,7 +12,6 @@ once Docker is up.
 from __future__ import annotations
 
 import importlib
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from flows.console import console
 from flows.envvars import environ_set
 from flows.mock_server import scripted_server
+from warehouse.commands import command, program
 
 __all__ = ["DEMO_MODELS", "DemoTask", "demo_config", "demo_tasks", "run_demo"]
 
@@ -167,7 +167,7 @@ def run_demo(directory: Path) -> int:
             result = sweep_flow(cfg)
     console.print(summary_table(result))
     print_gate_problems(result)
-    db, toml = shlex.quote(str(cfg.warehouse)), shlex.quote(str(directory / "demo.toml"))
+    db, toml = cfg.warehouse, directory / "demo.toml"
     # counted from the summary (latest attempts): the sweep's own retry leaves a second
     # unscored row per sample in the history, which is not a second sample
     outage = sum(r.unscored_reasons.get("sandbox_unavailable", 0) for r in result.rows)
@@ -179,22 +179,32 @@ def run_demo(directory: Path) -> int:
             "(no model calls) and gate again:"
         )
         _print_commands(
-            f"gradebook rescore --db {db} --retry-unscored", f"gradebook gate --config {toml}"
+            command("rescore", "--db", db, "--retry-unscored"), command("gate", "--config", toml)
         )
     elif not any(t.needs_docker for t in tasks):
         console.print(
             "\n[dim]The HumanEval task is not part of this build (tasks/code.py not found).[/dim]"
         )
     console.print("\n[bold]Next:[/bold]")
+    if program() != "gradebook":
+        # the commands below name the program by its path; this is the shorter way
+        console.print(
+            "  # `gradebook` is not on your PATH: `source .venv/bin/activate` puts it there",
+            markup=False,
+        )
     _print_commands(
-        f'gradebook sql --db {db} "SELECT model, task, scorer, accuracy, n_scored, n_unscored '
-        'FROM run_metrics"',
-        f"gradebook verifiers --db {db}",
+        command(
+            "sql",
+            "--db",
+            db,
+            "SELECT model, task, scorer, accuracy, n_scored, n_unscored FROM run_metrics",
+        ),
+        command("verifiers", "--db", db),
         "# edit a verifier (e.g. scorers/math.py), then re-grade every saved sample:",
-        f"gradebook rescore --db {db} --dry-run",
-        f"gradebook rescore --db {db}",
-        f'gradebook sql --db {db} "SELECT * FROM grade_flips"',
-        f"gradebook report --db {db}",
+        command("rescore", "--db", db, "--dry-run"),
+        command("rescore", "--db", db),
+        command("sql", "--db", db, "--format", "line", "SELECT * FROM grade_flips"),
+        command("report", "--db", db),
     )
     if any(g.log is None for g in result.generations):
         return 2

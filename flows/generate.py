@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
+from rich.markup import escape
 
 from flows.config import ModelConfig, SweepConfig, TaskConfig, load_config
-from flows.console import one_line, verbose
+from flows.console import err_console, one_line, verbose
+from flows.model_servers import endpoint, server_problem
 from flows.progress import generation_progress, quiet_hook_banner
 from flows.task_specs import check_tasks, load_task
 
@@ -51,9 +53,12 @@ class GenerationResult:
 def _model(cfg: ModelConfig) -> Any:
     from inspect_ai.model import GenerateConfig, get_model
 
+    point = endpoint(cfg)
     return get_model(
         cfg.model,
-        base_url=cfg.base_url,
+        # the URL the server check asked, also when it came from the environment: Inspect
+        # then records it in the log (eval.model_base_url), so an error names the server
+        base_url=point.url if point else None,
         config=GenerateConfig(**cfg.config),
         memoize=False,
         **cfg.args,
@@ -83,7 +88,19 @@ def run_generation(
     log_dir.mkdir(parents=True, exist_ok=True)
     if not verbose():
         quiet_hook_banner()
-    model = _model(model_cfg)
+    problem = server_problem(model_cfg)
+    if problem is None:
+        try:
+            model = _model(model_cfg)
+        except Exception as exc:  # e.g. Inspect's PrerequisiteError: a key it cannot find
+            problem = f"cannot create model {model_cfg.model}: {_plain(exc)}"
+    if problem is not None:
+        # this model's pairs fail now, in one line each; the other models still run
+        err_console.print(f"[red]error:[/red] {escape(problem)}", soft_wrap=True)
+        return [
+            GenerationResult(model_cfg.label, t.label, None, None, "error", 0, 0, problem)
+            for t in tasks
+        ]
     results: list[GenerationResult] = []
     with generation_progress(f"generate {model_cfg.label}") as progress:
         for task_cfg in tasks:
@@ -120,10 +137,26 @@ def run_generation(
     return results
 
 
+def _plain(exc: BaseException) -> str:
+    """An exception as one line of plain text (Inspect words some in rich markup)."""
+    from rich.text import Text
+
+    message = getattr(exc, "message", None)
+    if message is None:
+        return one_line(exc)
+    text = Text.from_markup(str(message)).plain.removeprefix("ERROR: ")
+    return " ".join(text.replace("\n\n", ". ").split())
+
+
 def _result(model: str, task_label: str, log: Any) -> GenerationResult:
     samples = log.samples or []
     errored = sum(1 for s in samples if s.error is not None)
-    error = log.error.message if log.error is not None else None
+    error = None
+    if log.error is not None:
+        from warehouse.error_text import readable_error
+        from warehouse.logs import server_of
+
+        error = readable_error(log.error.message, log.error.traceback, server_of(log))
     return GenerationResult(
         model=model,
         task=task_label,

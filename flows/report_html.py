@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
@@ -122,6 +122,10 @@ class ReportData:
     flips: list[FlipRow] = field(default_factory=list)
 
 
+# The narrowest time axis a history chart gets: narrower, its tick labels are milliseconds.
+_MIN_SPAN = timedelta(days=1)
+
+
 def _short(fp: str) -> str:
     return fp[:10]
 
@@ -193,6 +197,12 @@ def _history_figure(data: ReportData) -> go.Figure | None:
                 col=1,
             )
         fig.update_yaxes(range=[-0.02, 1.02], title_text="accuracy", row=row, col=1)
+        times = [p.created for p in groups[key]]
+        if max(times) - min(times) < _MIN_SPAN:
+            # one run (or runs of one sweep, stamped the same second): plotly would zoom to a
+            # sub-millisecond axis; show the day around it instead
+            half = _MIN_SPAN / 2
+            fig.update_xaxes(range=[min(times) - half, max(times) + half], row=row, col=1)
         scorers_here = {p.scorer for p in groups[key]}
         for change in data.fingerprint_changes:
             if change.scorer not in scorers_here or change.registered is None:

@@ -24,6 +24,7 @@ from prefect.cache_policies import NONE as NO_CACHE
 
 from flows.console import console
 from flows.score import RunScore, ScoreOptions, score_runs
+from warehouse.commands import command
 from warehouse.schema import RETRYABLE_REASONS
 
 __all__ = [
@@ -78,6 +79,12 @@ class RescorePlan:
     @property
     def changed(self) -> bool:
         return bool(self.run_ids)
+
+    @property
+    def flipped_samples(self) -> int:
+        """Samples whose verdict flipped: `flips` has one row per (sample, older fingerprint),
+        so a sample graded under two older fingerprints is two rows but one sample."""
+        return len({(f["run_id"], f["sample_id"], f["epoch"]) for f in self.flips})
 
 
 def import_verifier_modules(modules: list[str]) -> None:
@@ -216,8 +223,16 @@ def _publish_flips(plans: list[RescorePlan]) -> None:
         create_table_artifact(
             key=f"grade-flips-{plan.scorer}".lower().replace("_", "-"),
             table=rows,
-            description=f"{plan.scorer}: {len(plan.flips)} grade flips under {plan.digest[:12]}",
+            description=_flips_description(plan),
         )
+
+
+def _flips_description(plan: RescorePlan) -> str:
+    n = plan.flipped_samples
+    text = f"{plan.scorer}: {n} sample{'s' if n != 1 else ''} flipped under {plan.digest[:12]}"
+    if len(plan.flips) != n:
+        text += f" ({len(plan.flips)} flips against older fingerprints)"
+    return text
 
 
 @task(name="rescore", cache_policy=NO_CACHE)
@@ -282,7 +297,7 @@ class InfraRetry:
     def retried(self) -> int:
         return sum(w.written for w in self.written)
 
-    def summary(self) -> str | None:
+    def summary(self, warehouse: str | Path = "gradebook.duckdb") -> str | None:
         """One line for the watcher's output, or None when nothing was graded again."""
         if not self.retried:
             return None
@@ -297,7 +312,7 @@ class InfraRetry:
         if self.at_cap:
             line += (
                 f"; {self.at_cap} unscored after {WATCH_MAX_ATTEMPT} attempts "
-                "(gradebook rescore --retry-unscored)"
+                f"({command('rescore', '--db', warehouse, '--retry-unscored')})"
             )
         return line
 
@@ -399,7 +414,7 @@ def watch_verifiers(
     # not a task of its own: a task run a minute with nothing to do would fill the UI; the
     # scores it writes are task runs (write-scores) like any stage's
     retry = retry_infrastructure(warehouse, opts)
-    line = retry.summary()
+    line = retry.summary(warehouse)
     if line:
         console.print(f"verifier watcher: {line}", soft_wrap=True)
     return WatchResult(rescored, retry)

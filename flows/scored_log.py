@@ -7,7 +7,24 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["write_scored_logs"]
+__all__ = ["check_scored_log_dir", "write_scored_logs"]
+
+
+def check_scored_log_dir(logs: Sequence[str | Path], out_dir: Path) -> None:
+    """Refuse an `out_dir` that would overwrite an original log (its copy has its name).
+
+    Cheap, so a command checks it before scoring rather than after.
+
+    Raises:
+        ValueError: one line naming the dir and the log.
+    """
+    out = Path(out_dir).resolve()
+    for path in logs:
+        if Path(str(path)).resolve().parent == out:
+            raise ValueError(
+                f"{out_dir}: --scored-logs would overwrite the original log {path} (a scored "
+                "copy keeps the log's name); pick another dir"
+            )
 
 
 def write_scored_logs(
@@ -23,14 +40,11 @@ def write_scored_logs(
 
     from warehouse import Warehouse
 
+    check_scored_log_dir(logs, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for path in logs:
         log = read_eval_log(str(path))
-        if Path(str(path)).resolve().parent == out_dir.resolve():
-            raise ValueError(
-                f"{out_dir}: would overwrite the original log {path}; pick another dir"
-            )
         with Warehouse(warehouse).read() as con:
             rows = con.execute(
                 "SELECT sample_id, epoch, scorer, status, value, answer, explanation, reason, "

@@ -59,6 +59,14 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
     return deployments
 
 
+def _ui_url(api_url: str) -> str:
+    """Where a browser shows the flow runs: Prefect's own `ui_url` for this API (the API URL
+    without its `/api`, unless PREFECT_UI_URL says otherwise)."""
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().ui_url or api_url.removesuffix("/api")
+
+
 def serve_configs(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> None:
     """Register the deployments and run them until interrupted (Ctrl-C exits cleanly)."""
     from prefect import serve
@@ -68,7 +76,9 @@ def serve_configs(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> None
     try:
         with prefect_session(ui=True) as api_url:
             deployments = build_deployments(cfgs, watch_every=watch_every)
-            console.print(f"[bold]gradebook serve[/bold]: Prefect API {api_url}")
+            console.print(
+                f"[bold]gradebook serve[/bold]: Prefect UI {_ui_url(api_url)} (API {api_url})"
+            )
             for cfg in cfgs:
                 when = f"cron '{cfg.schedule}'" if cfg.schedule else "on demand (no schedule)"
                 console.print(f"  sweep {cfg.name}: {when}")

@@ -20,6 +20,7 @@ from flows.cli import app
 from flows.console import console
 from flows.demo import DEMO_MODELS, HUMANEVAL_LIMIT, run_demo
 from warehouse import Warehouse
+from warehouse.commands import program
 
 N_CODE = len(DEMO_MODELS) * HUMANEVAL_LIMIT  # code samples the demo generates
 
@@ -50,7 +51,9 @@ def _q(directory: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def _printed_commands(out: str) -> list[list[str]]:
-    return [shlex.split(line)[1:] for line in out.splitlines() if line.startswith("  gradebook ")]
+    # the program as printed: `gradebook`, or its path when that is not on the PATH
+    prefix = f"  {program()} "
+    return [shlex.split(line)[1:] for line in out.splitlines() if line.startswith(prefix)]
 
 
 @pytest.mark.slow
@@ -108,7 +111,7 @@ def test_demo_without_docker_counts_each_outage_sample_once_and_says_how_to_grad
     assert ["gate", "--config", toml] in commands
     assert "make services" in out
     assert ["rescore", "--db", db, "--dry-run"] in commands
-    assert ["sql", "--db", db, "SELECT * FROM grade_flips"] in commands
+    assert ["sql", "--db", db, "--format", "line", "SELECT * FROM grade_flips"] in commands
     assert Path(toml).read_text().startswith('name = "demo"')
 
 

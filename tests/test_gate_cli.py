@@ -71,7 +71,7 @@ def test_exit_2_after_verifier_change_says_to_rescore(db) -> None:
     assert res.exit_code == 2
     payload = json.loads(res.output)
     [problem] = payload["runs"][0]["problems"]
-    assert f"gradebook rescore --run {runs['stale']} --scorer gate_exact" in problem
+    assert f"gradebook rescore --db {path} --scorer gate_exact`" in problem
 
 
 def test_flags_override_rules_and_json_output(db) -> None:

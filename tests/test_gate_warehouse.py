@@ -197,7 +197,7 @@ def test_old_fingerprint_says_to_rescore(world: World) -> None:
     res = gate_run(world.wh, world.baseline, GateRules(), {"exact": "fp-v2"})
     assert res.verdict == "cannot_evaluate" and res.exit_code == 2
     [problem] = res.problems
-    assert f"gradebook rescore --run {world.baseline} --scorer exact" in problem
+    assert f"gradebook rescore --db {world.wh.path} --scorer exact`" in problem
     assert "fp-v1" in problem
 
 
@@ -211,7 +211,8 @@ def test_unknown_run_and_unscored_run(world: World, tmp_path: Path) -> None:
     rid = ingest(wh, run_eval(tmp_path / "logs", ["0", "1"], task_name="fresh"))
     res = gate_run(wh, rid, GateRules(), FP)
     assert res.exit_code == 2
-    assert f"gradebook score --run {rid}" in res.problems[0]
+    [log] = (tmp_path / "logs").glob("*.eval")
+    assert f"gradebook score {log} --db {wh.path} --verifier NAME`" in res.problems[0]
 
 
 def test_the_gate_judges_a_retried_outage_by_its_retried_grades(tmp_path: Path) -> None:

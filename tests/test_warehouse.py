@@ -532,11 +532,26 @@ def test_cli_ingest_sql_and_export(log, tmp_path):
     assert pq.read_table(out / "samples.parquet").num_rows == 12
     assert pq.read_table(out / "messages.parquet").num_rows == 20
     assert pq.read_table(out / "runs.parquet").column("task").to_pylist() == ["arith"]
+    # one file per documented view (the README's "one Parquet file per view"), no temp files
     assert sorted(p.name for p in out.iterdir()) == [
-        "messages.parquet",
-        "runs.parquet",
-        "samples.parquet",
-        "scores.parquet",
-        "verifiers.parquet",
+        f"{view}.parquet"
+        for view in (
+            "current_scores",
+            "fingerprint_order",
+            "gates",
+            "grade_flips",
+            "latest_gates",
+            "latest_scores",
+            "messages",
+            "run_metrics",
+            "run_metrics_base",
+            "run_pass_at_k",
+            "runs",
+            "samples",
+            "score_history",
+            "scores",
+            "verifiers",
+        )
     ]
+    assert pq.read_table(out / "gates.parquet").schema.names[:3] == ["gate_id", "created", "run_id"]
     assert not os.environ.get("GRADEBOOK_DB")

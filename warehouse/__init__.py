@@ -4,7 +4,7 @@ The documented views (runs, samples, messages, scores, current_scores, verifiers
 run_metrics, grade_flips, score_history) are the user interface; see the README (The warehouse).
 """
 
-from warehouse.connection import WarehouseLocked
+from warehouse.connection import WarehouseError, WarehouseLocked, WarehouseUnusable
 from warehouse.migrations import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNew
 from warehouse.schema import SAMPLES_TO_SCORE_SCHEMA, SCORE_KEY, SCORE_SCHEMA
 from warehouse.store import (
@@ -27,8 +27,10 @@ __all__ = [
     "Migration",
     "SchemaTooNew",
     "Warehouse",
+    "WarehouseError",
     "WarehouseLocked",
     "WarehouseMissing",
+    "WarehouseUnusable",
     "stage_scores",
 ]
 

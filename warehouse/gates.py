@@ -14,10 +14,12 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from warehouse.commands import command
 from warehouse.connection import one
 from warehouse.gate_rules import (
     GateResult,
@@ -177,6 +179,38 @@ def _compare(
     return paired_comparison(((cand[k][1], base[k][1]) for k in shared), alpha=rules.alpha)
 
 
+def _db_path(con: duckdb.DuckDBPyConnection) -> str:
+    """The file `con` reads (absolute), for the `--db` of a command the gate prints."""
+    row = one(
+        con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()")
+    )
+    return str(row[0]) if row and row[0] else "gradebook.duckdb"
+
+
+def _score_it(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """How to score a run that has no scores: `gradebook score` on its log, with the verifiers
+    when the log does not name them (a log gradebook's generate stage did not write)."""
+    row = one(
+        con.execute(
+            "SELECT log_path, json_extract(eval_spec, '$.metadata.verifiers') FROM runs "
+            "WHERE run_id = ?",
+            [run_id],
+        )
+    )
+    log, named = (row[0], row[1]) if row else (None, None)
+    if not log:
+        return "ingest its log, then score it with `gradebook score LOG --db ...`"
+    fix = f"score it with `{command('score', log, '--db', _db_path(con))}`"
+    if not named or not json.loads(named):
+        fix = (
+            f"score it with `{command('score', log, '--db', _db_path(con))} --verifier NAME` "
+            f"(its log names no verifiers; NAME: one of `{command('verifiers')}`)"
+        )
+    if not Path(log).exists() and "://" not in log:
+        fix += f" once its log is back at {log}"
+    return fix
+
+
 def _fingerprints_present(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, list[str]]:
     present: dict[str, list[str]] = {}
     for scorer, fp in con.execute(
@@ -264,9 +298,7 @@ def evaluate_gate(
             f"{(unloaded or {})[scorer]}"
         )
     if not present:
-        result.problems.append(
-            f"run {resolved} has no scores yet: score it with `gradebook score --run {resolved}`"
-        )
+        result.problems.append(f"run {resolved} has no scores yet: {_score_it(con, resolved)}")
     elif not scorers and not missing:
         result.problems.append(
             f"run {resolved} is scored only by {', '.join(sorted(present))}, none of which is a "
@@ -290,7 +322,7 @@ def evaluate_gate(
             result.problems.append(
                 f"run {resolved} has no {scorer} scores under the current fingerprint "
                 f"{fp[:12]} (only under {old}): re-score it with "
-                f"`gradebook rescore --run {resolved} --scorer {scorer}`"
+                f"`{command('rescore', '--db', _db_path(con), '--scorer', scorer)}`"
             )
             continue
         result.metrics[scorer] = {
@@ -313,7 +345,7 @@ def evaluate_gate(
                 result.problems.append(
                     f"baseline run {baseline_id} has no {scorer} scores under the current "
                     f"fingerprint {fp[:12]}: re-score it with "
-                    f"`gradebook rescore --run {baseline_id} --scorer {scorer}`"
+                    f"`{command('rescore', '--db', _db_path(con), '--scorer', scorer)}`"
                 )
                 continue
             comparison = _compare(_outcomes(con, resolved, scorer, fp), base, rules)

@@ -46,6 +46,42 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
+def expand_log_paths(paths: Iterable[str | Path]) -> list[str]:
+    """Paths with each local directory replaced by the Inspect logs under it (recursively,
+    what Inspect's own `list_eval_logs` finds: `.eval` files, and `.json` files named like
+    Inspect's logs), in path order. Other paths pass unchanged; a log named twice (a file and
+    its directory) is kept once.
+
+    Raises:
+        LogReadError: a directory holds no Inspect log.
+    """
+    from inspect_ai.log import list_eval_logs
+
+    out: list[str] = []
+    for p in paths:
+        path = str(p)
+        if is_remote(path) or not Path(path).is_dir():
+            out.append(path)
+            continue
+        found = sorted(
+            info.name.removeprefix("file://")
+            for info in list_eval_logs(path, recursive=True, descending=False)
+        )
+        if not found:
+            raise LogReadError(
+                f"{path}: no Inspect logs in this directory (.eval files, or .json logs named "
+                "like Inspect's); pass a log directory or log files"
+            )
+        out.extend(found)
+    return list(dict.fromkeys(out))
+
+
+def server_of(header: EvalLog) -> str:
+    """What a run's generation talked to, for error messages: "<model> at <base url>"."""
+    spec = header.eval
+    return f"{spec.model} at {spec.model_base_url}" if spec.model_base_url else spec.model
+
+
 def check_log_path(path: str) -> None:
     """Fail early, in one line, on a path that cannot be an Inspect log."""
     if not path.endswith((".eval", ".json")):

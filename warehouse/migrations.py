@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from warehouse.connection import one
+from warehouse.connection import WarehouseError, one
 from warehouse.gate_migrations import GATES_TABLE_SQL, PASS_AT_K_SQL
 from warehouse.log_stamps import LOG_STAMP_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
@@ -30,7 +30,7 @@ class Migration:
     sql: str
 
 
-class SchemaTooNew(RuntimeError):
+class SchemaTooNew(WarehouseError, RuntimeError):
     """The database was written by a newer gradebook than this one."""
 
 

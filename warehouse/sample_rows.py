@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 from inspect_ai.log import EvalSample
 
+from warehouse.error_text import readable_error
+
 SAMPLES_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),
@@ -145,8 +147,19 @@ class SampleColumns:
         for name, value in values.items():
             mcols[name].append(value)
 
-    def tables(self) -> tuple[pa.Table, pa.Table]:
-        """The samples table and the messages table, in the warehouse's column order."""
+    def tables(self, server: str | None = None) -> tuple[pa.Table, pa.Table]:
+        """The samples table and the messages table, in the warehouse's column order.
+
+        Args:
+            server: what the run talked to ("<model> at <url>"), named in a generation error
+                that Inspect stored as a bare RetryError (warehouse.error_text).
+        """
+        cols = self.cols
+        if any(e is not None for e in cols["error"]):
+            cols["error"] = [
+                readable_error(e, tb, server)
+                for e, tb in zip(cols["error"], cols["error_traceback"], strict=True)
+            ]
         return (
             pa.table(self.cols, schema=SAMPLES_SCHEMA),
             pa.table(self.mcols, schema=MESSAGES_SCHEMA),

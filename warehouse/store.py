@@ -22,7 +22,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from warehouse import log_stamps
-from warehouse.connection import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, connect, one
+from warehouse.commands import command
+from warehouse.connection import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    WarehouseError,
+    WarehouseLocked,
+    WarehouseUnusable,
+    connect,
+    one,
+    os_errno_of,
+    sql_str,
+    unusable,
+)
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
 from warehouse.newest_fingerprint import CHANGED_SQL, RECORD_CURRENT_SQL
 from warehouse.prefetch import prefetch
@@ -42,7 +53,7 @@ DEFAULT_DB = "gradebook.duckdb"
 _STAGED_DONE = "loaded"
 
 
-class WarehouseMissing(FileNotFoundError):
+class WarehouseMissing(WarehouseError, FileNotFoundError):
     """A read was asked of a database file that does not exist."""
 
 
@@ -116,8 +127,8 @@ class Warehouse:
         """
         if not self.path.exists():
             raise WarehouseMissing(
-                f"{self.path}: no warehouse here: run `gradebook ingest LOG...` first, "
-                f"or pass --db / set GRADEBOOK_DB"
+                f"{self.path}: no warehouse here: run `{command('ingest', '--db', self.path)} "
+                "LOG...` first, or pass --db / set GRADEBOOK_DB"
             )
         con = connect(self.path, read_only=True, timeout_s=self.lock_timeout_s)
         try:
@@ -140,15 +151,56 @@ class Warehouse:
         """
         con = connect(self.path, read_only=False, timeout_s=self.lock_timeout_s)
         try:
-            # on this connection: a connect (~20-40 ms here) fewer per Warehouse
-            self._ensure_schema(con)
-            con.execute("BEGIN TRANSACTION")
+            try:
+                # on this connection: a connect (~20-40 ms here) fewer per Warehouse
+                self._ensure_schema(con)
+                con.execute("BEGIN TRANSACTION")
+            except duckdb.Error as exc:
+                raise _write_error(self.path, exc) from None
             try:
                 yield con
-            except BaseException:
-                con.execute("ROLLBACK")
+            except BaseException as exc:
+                _rollback(con)
+                if isinstance(exc, duckdb.Error) and os_errno_of(exc) is not None:
+                    raise _write_error(self.path, exc) from None
                 raise
-            con.execute("COMMIT")
+            try:
+                con.execute("COMMIT")
+            except duckdb.Error as exc:
+                # a full disk or a read-only file system: the transaction is not in the file
+                raise _write_error(self.path, exc) from None
+        finally:
+            con.close()
+
+    def check(self) -> None:
+        """Cheaply check that the file can be this command's warehouse, before long work.
+
+        An existing file must open as a gradebook warehouse (a lock held by another process
+        is fine: the work waits for it as usual); a new one needs a writable directory.
+
+        Raises:
+            WarehouseUnusable: not a DuckDB file, a missing or read-only directory.
+            SchemaTooNew: written by a newer gradebook.
+        """
+        if not self.path.exists():
+            parent = self.path.parent
+            if not parent.is_dir():
+                raise WarehouseUnusable(
+                    f"{self.path}: cannot create the warehouse: no such directory {parent}; "
+                    "create it, or pass --db another path"
+                )
+            if not os.access(parent, os.W_OK):
+                raise WarehouseUnusable(
+                    f"{self.path}: cannot create the warehouse: {parent} is not writable; "
+                    "pass --db a file in a writable directory"
+                )
+            return
+        try:
+            con = connect(self.path, read_only=True, timeout_s=0)
+        except WarehouseLocked:
+            return
+        try:
+            check_not_newer(current_version(con), str(self.path))
         finally:
             con.close()
 
@@ -251,7 +303,8 @@ class Warehouse:
             batches = logs.iter_sample_columns(
                 path, header, run.run_id, have, batch_size=batch_size, fast=direct_read
             )
-            for samples, messages, last in prefetch((*c.tables(), c.last) for c in batches):
+            server = logs.server_of(header)
+            for samples, messages, last in prefetch((*c.tables(server), c.last) for c in batches):
                 with self.write() as con:
                     added += _append_samples(con, samples, messages)
                     # a batch known to be the log's last also completes the run: one
@@ -298,7 +351,7 @@ class Warehouse:
         """
         try:
             con = connect(self.path, read_only=False, timeout_s=0)
-        except WarehouseLocked:
+        except WarehouseError:  # locked, or not writable: the next real write says so
             return
         try:
             self._ensure_schema(con)
@@ -560,19 +613,36 @@ class Warehouse:
     # -- export --------------------------------------------------------------------------------
 
     def export_parquet(self, directory: Path) -> dict[str, Path]:
-        """Write each documented table view to `directory/<view>.parquet`.
+        """Write every view of the warehouse (the documented interface: runs, samples, scores,
+        run_metrics, grade_flips, gates, ...) to `directory/<view>.parquet`.
+
+        Each file appears whole (written under a temporary name, then renamed).
 
         Returns:
-            view name -> file written.
+            view name -> file written, in name order.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         written = {}
         with self.read() as con:
-            for view in ("runs", "samples", "messages", "verifiers", "scores"):
+            views = [
+                name
+                for (name,) in con.execute(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_catalog = current_database() AND table_schema = 'main' "
+                    "AND table_type = 'VIEW' ORDER BY table_name"
+                ).fetchall()
+            ]
+            for view in views:
                 target = directory / f"{view}.parquet"
                 tmp = directory / f".{view}.{uuid.uuid4().hex}.parquet.tmp"
-                con.execute(f"COPY (SELECT * FROM {view}) TO '{_sql_str(tmp)}' (FORMAT parquet)")
+                try:
+                    con.execute(
+                        f"COPY (SELECT * FROM \"{view}\") TO '{sql_str(tmp)}' (FORMAT parquet)"
+                    )
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
                 os.replace(tmp, target)
                 written[view] = target
         return written
@@ -600,6 +670,21 @@ def stage_scores(rows: pa.Table, directory: Path) -> Path:
 def _record_current(con: duckdb.DuckDBPyConnection, fingerprints: Mapping[str, str]) -> list[str]:
     params = {"scorers": list(fingerprints), "fingerprints": list(fingerprints.values())}
     return [r[0] for r in con.execute(RECORD_CURRENT_SQL, params).fetchall()]
+
+
+def _write_error(path: Path, exc: duckdb.Error) -> Exception:
+    """A failed write as the one-line error a user acts on when the OS refused it (full disk,
+    read-only file system); any other DuckDB error is left as it is."""
+    if os_errno_of(exc) is None:
+        return exc
+    return unusable(path, exc, doing="write")
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass  # the failed statement already ended the transaction (or invalidated the file)
 
 
 def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:
@@ -766,7 +851,3 @@ def _count_samples(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
 def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> int:
     row = one(con.execute(sql, params or []))
     return int(row[0]) if row and row[0] is not None else 0
-
-
-def _sql_str(path: Path) -> str:
-    return str(path).replace("'", "''")

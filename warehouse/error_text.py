@@ -1,0 +1,63 @@
+"""Generation errors in words a user can act on.
+
+Inspect stores a sample's error as `repr()` of the exception that ended it. When the model API
+kept failing, that is tenacity's wrapper, `RetryError(<Future at 0x... raised
+APIConnectionError>)`: it names neither the cause nor the server. The traceback Inspect stores
+beside it holds the whole chain of causes, so the warehouse's `error` column is rebuilt from
+that chain plus the model and server the run talked to. The traceback is stored unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["readable_error"]
+
+_WRAPPER = re.compile(r"^RetryError\(<Future at 0x[0-9a-f]+ state=\w+ raised (\w+)>\)$")
+# the separators Python prints between the exceptions of a chain
+_CHAINED = re.compile(
+    r"\n\s*\n(?:The above exception was the direct cause of the following exception:"
+    r"|During handling of the above exception, another exception occurred:)\s*\n\s*\n"
+)
+_LIMIT = 500
+
+
+def readable_error(message: str | None, traceback: str | None, server: str | None) -> str | None:
+    """`message`, or for a bare RetryError the chain of causes read from `traceback`:
+    "APIConnectionError: Connection error. (cause: ConnectError: All connection attempts
+    failed), after retries, calling openai-api/local/m at http://127.0.0.1:9/v1".
+
+    Args:
+        message: the error message Inspect stored for the sample.
+        traceback: the traceback text Inspect stored with it.
+        server: what the run talked to ("<model> at <base url>", or the model), or None.
+    """
+    if not message or not _WRAPPER.match(message.strip()):
+        return message
+    chain = [e for e in _exceptions(traceback or "") if not e.startswith("RetryError")]
+    if not chain:
+        raised = _WRAPPER.match(message.strip())
+        chain = [raised.group(1)] if raised else []
+    outer, root = chain[-1] if chain else "error", chain[0] if chain else ""
+    text = outer + (f" (cause: {root})" if root and root != outer else "") + ", after retries"
+    if server:
+        text += f", calling {server}"
+    return text if len(text) <= _LIMIT else text[: _LIMIT - 3] + "..."
+
+
+def _exceptions(traceback: str) -> list[str]:
+    """The exception line of each link of a printed chain, innermost first, module dropped
+    ("httpx.ConnectError: ..." -> "ConnectError: ..."), repeats of the previous link dropped."""
+    out: list[str] = []
+    for part in _CHAINED.split(traceback):
+        lines = part.rstrip().splitlines()
+        # the exception is what follows the last indented line (frames, code, carets)
+        last_indented = max((i for i, ln in enumerate(lines) if ln.startswith(" ")), default=-1)
+        text = " ".join(" ".join(lines[last_indented + 1 :]).split())
+        if not text:
+            continue
+        name, sep, rest = text.partition(":")
+        text = name.rsplit(".", 1)[-1] + sep + rest
+        if not out or out[-1] != text:
+            out.append(text)
+    return out
