@@ -227,6 +227,12 @@ def score(
         table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.retried), str(s.scored),
                       str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
     console.print(table)
+    # what could not be read, one line each, as `ingest` reports it (the rest was scored)
+    problems = getattr(summaries, "problems", [])
+    for line in problems:
+        err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+    if problems:
+        raise typer.Exit(2)
 
 
 def rescore(

@@ -46,6 +46,7 @@ __all__ = [
     "RunScore",
     "Samples",
     "ScoreOptions",
+    "ScoreSummaries",
     "grade_batch",
     "grade_chunk",
     "grade_one",
@@ -570,7 +571,8 @@ def ingest_and_plan(
     chosen = list(verifiers or [])
     plan: dict[str, list[str]] = {}
     for res in results:
-        if res.error or not res.run_id:
+        # a log with damaged samples still has its readable ones stored: they are scored
+        if not res.run_id:
             continue
         names = chosen
         if not names:
@@ -623,6 +625,15 @@ def ingest_task(
     return ingest_and_plan(warehouse_path, logs, verifiers)
 
 
+class ScoreSummaries(list[RunScore]):
+    """What `score_flow` wrote, one RunScore per (run, verifier), and `problems`: what its
+    ingest could not read, one line each (an unreadable log, a damaged sample)."""
+
+    def __init__(self, summaries: Iterable[RunScore], problems: Iterable[str] = ()) -> None:
+        super().__init__(summaries)
+        self.problems = list(problems)
+
+
 @flow(name="score", log_prints=False)
 def score_flow(
     logs: list[str],
@@ -647,6 +658,10 @@ def score_flow(
             never modified) so `inspect view` shows the scores.
         retry_unscored: also grade again samples left unscored for a retryable reason
             (sandbox_unavailable, timeout, verifier_error).
+
+    Returns:
+        The summaries per (run, verifier); `.problems` names each log or sample the ingest
+        could not read (the readable ones are scored).
     """
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
@@ -654,7 +669,7 @@ def score_flow(
         # big logs: start the workers first, so their start-up overlaps the ingest
         if _expected_samples(logs) > 2 * opts.chunk_size:
             _start_for(pool, _verifiers_for(logs, verifiers))
-        plan, _ = ingest_task(warehouse, logs, verifiers)
+        plan, ingested = ingest_task(warehouse, logs, verifiers)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:
         pool.close()
@@ -662,4 +677,4 @@ def score_flow(
         from flows.scored_log import write_scored_logs
 
         write_scored_logs(warehouse, logs, Path(scored_log_dir))
-    return summaries
+    return ScoreSummaries(summaries, [line for r in ingested for line in r.problems()])
