@@ -30,6 +30,16 @@ VerboseOption = Annotated[
 WorkersOption = Annotated[
     int | None, typer.Option("--workers", min=1, help="Scoring worker processes (default: CPUs).")
 ]
+LockTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--lock-timeout",
+        envvar="GRADEBOOK_LOCK_TIMEOUT",
+        min=0,
+        help="Seconds a write waits for another process (a reader) to release the warehouse "
+        "(env GRADEBOOK_LOCK_TIMEOUT; default 5); graded results are kept in hand meanwhile.",
+    ),
+]
 RetryOption = Annotated[
     bool,
     typer.Option(
@@ -47,20 +57,27 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _run_flow(
-    verbose: bool, fn: Callable[[], T], meanwhile: Callable[[], object] | None = None
+    verbose: bool,
+    fn: Callable[[], T],
+    meanwhile: Callable[[], object] | None = None,
+    lock_timeout: float | None = None,
 ) -> T:
     """Run `fn` (which calls flows) against a Prefect API; map known failures to exit 2.
 
     `meanwhile` runs while a local Prefect server boots (checks that would otherwise wait).
+    `lock_timeout`: the warehouse lock timeout for every open the flows make.
     """
     from flows.config import ConfigError
+    from flows.envvars import environ_set
     from flows.server import PrefectServerError
     from flows.session import PrefectUnavailable, prefect_session
     from warehouse import WarehouseLocked
+    from warehouse.connection import LOCK_TIMEOUT_ENV
 
     quiet_prefect(verbose)
+    env = {LOCK_TIMEOUT_ENV: str(lock_timeout)} if lock_timeout is not None else {}
     try:
-        with prefect_session(meanwhile=meanwhile):
+        with environ_set(env), prefect_session(meanwhile=meanwhile):
             return fn()
     except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseLocked) as exc:
         raise _fail(str(exc)) from None
@@ -194,6 +211,7 @@ def score(
         typer.Option("--scored-logs", help="Also write scored copies of the logs into this dir."),
     ] = None,
     retry_unscored: RetryOption = False,
+    lock_timeout: LockTimeoutOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
@@ -217,6 +235,7 @@ def score(
                 scored_log_dir=str(scored_logs) if scored_logs else None,
                 retry_unscored=retry_unscored,
             ),
+            lock_timeout=lock_timeout,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
@@ -243,6 +262,7 @@ def rescore(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change.")] = False,
     workers: WorkersOption = None,
     retry_unscored: RetryOption = False,
+    lock_timeout: LockTimeoutOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
@@ -256,6 +276,7 @@ def rescore(
         plans = _run_flow(
             verbose,
             lambda: rescore_flow(str(db), scorer, workers=workers, retry_unscored=retry_unscored),
+            lock_timeout=lock_timeout,
         )
     table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
     for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flips"):

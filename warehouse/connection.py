@@ -7,6 +7,7 @@ short transaction, and every opener retries briefly before giving up with the ho
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -14,7 +15,19 @@ from pathlib import Path
 import duckdb
 
 DEFAULT_LOCK_TIMEOUT_S = 5.0
+LOCK_TIMEOUT_ENV = "GRADEBOOK_LOCK_TIMEOUT"
 _PID = re.compile(r"PID (\d+)")
+
+
+def default_lock_timeout() -> float:
+    """Seconds an open waits for another process's lock: env GRADEBOOK_LOCK_TIMEOUT (every
+    command honours it), else DEFAULT_LOCK_TIMEOUT_S; a value that is not a number >= 0 is
+    ignored."""
+    try:
+        value = float(os.environ.get(LOCK_TIMEOUT_ENV, ""))
+    except ValueError:
+        return DEFAULT_LOCK_TIMEOUT_S
+    return value if value >= 0 else DEFAULT_LOCK_TIMEOUT_S
 
 
 class WarehouseLocked(RuntimeError):

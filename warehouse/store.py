@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from warehouse import log_stamps
-from warehouse.connection import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, connect, one
+from warehouse.connection import WarehouseLocked, connect, default_lock_timeout, one
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
 from warehouse.prefetch import prefetch
 from warehouse.query_migrations import flip_pairs_select
@@ -94,17 +94,17 @@ class Warehouse:
     Args:
         path: the database file (created on first write).
         lock_timeout_s: how long an open waits for another process's lock before raising
-            `WarehouseLocked`.
+            `WarehouseLocked`; None: env GRADEBOOK_LOCK_TIMEOUT, else 5 s.
     """
 
     def __init__(
         self,
         path: str | Path = DEFAULT_DB,
         *,
-        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        lock_timeout_s: float | None = None,
     ) -> None:
         self.path = Path(path)
-        self.lock_timeout_s = lock_timeout_s
+        self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
         self._schema_ok = False
 
     # -- connections ---------------------------------------------------------------------------
