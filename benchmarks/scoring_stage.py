@@ -13,7 +13,8 @@ Rows:
     cores; a shared VM gives less), so the flow row can be read against it.
   - the score flow run again on the same warehouse (nothing left to score): its fixed cost.
   - the fixed overhead of one `gradebook sweep` with one sample, as a subprocess (Prefect start-up
-    included), against a bare `inspect eval` of the same one sample in a subprocess.
+    included), against a bare `inspect eval` of the same one sample in a subprocess; both talk to
+    a local OpenAI-compatible server (flows/mock_server.py) and must succeed, or the run stops.
 
 The log is generated once with mockllm (a scripted mix of right and wrong answers over the
 bundled math problems, which cover integers, fractions, radicals, sets, matrices...) and cached
@@ -162,27 +163,62 @@ def flow_score(log: Path, workers: int) -> tuple[float, float, int]:
     return total, ingest_s, correct, fixed_s
 
 
+def _right_answers(model: str, messages: list[dict]) -> str:
+    """The local model server's script: the right answer to each bundled math problem."""
+    import tasks.math as tm
+
+    prompt = "\n".join(str(m.get("content", "")) for m in messages)
+    for sample, scripted in zip(tm.bundled_samples(), tm.scripted_completions(), strict=True):
+        if str(sample.input) in prompt:
+            return scripted.correct
+    return "no idea"
+
+
+def _succeeded(what: str, proc: subprocess.CompletedProcess, log_dir: Path) -> None:
+    """Both sides of the row must be runs that worked: exit 0 and one log whose samples all
+    generated (a crash or an offline tokenizer download would time an error instead)."""
+    from inspect_ai.log import read_eval_log
+
+    logs = sorted(log_dir.glob("*.eval"))
+    if proc.returncode != 0 or len(logs) != 1:
+        tail = (proc.stderr or b"").decode(errors="replace").strip().splitlines()[-3:]
+        raise SystemExit(f"{what} failed (exit {proc.returncode}): {' / '.join(tail)}")
+    log = read_eval_log(str(logs[0]))
+    errors = [s.error.message for s in log.samples or [] if s.error]
+    if log.status != "success" or not log.samples or errors:
+        raise SystemExit(f"{what}: log {log.status}, sample errors {errors[:1]}")
+
+
 def sweep_overhead(tmp: Path) -> tuple[float, float]:
+    """One-sample `gradebook sweep` and `inspect eval` of the bundled math task, both against
+    the same local OpenAI-compatible server (flows/mock_server.py), both checked to succeed."""
+    from flows.mock_server import scripted_server
+
     cfg = tmp / "one.toml"
     cfg.write_text(
         'name = "one"\nwarehouse = "one.duckdb"\nlog_dir = "logs"\n'
-        '[[models]]\nmodel = "mockllm/model"\n'
+        '[[models]]\nmodel = "openai-api/local/m"\n'
         '[[tasks]]\ntask = "math_verified"\nlimit = 1\nverifiers = ["math"]\n'
         "[gates]\nmax_regression = 0.5\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     gradebook = Path(sys.executable).parent / "gradebook"
-    t0 = time.perf_counter()
-    subprocess.run([str(gradebook), "sweep", str(cfg)], env=env, capture_output=True, check=False)
-    sweep_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "inspect_ai", "eval", "tasks/math.py@math_verified", "--model",
-         "mockllm/model", "--limit", "1", "--no-score", "--log-dir", str(tmp / "ilogs"),
-         "--display", "none"],
-        cwd=ROOT, env=env, capture_output=True, check=False,
-    )  # fmt: skip
-    return sweep_s, time.perf_counter() - t0
+    with scripted_server(_right_answers, models=["m"]) as server:
+        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+        env.update(LOCAL_BASE_URL=server.base_url, LOCAL_API_KEY="bench")
+        t0 = time.perf_counter()
+        sweep = subprocess.run([str(gradebook), "sweep", str(cfg)], env=env, capture_output=True)
+        sweep_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        inspect = subprocess.run(
+            [sys.executable, "-m", "inspect_ai", "eval", "tasks/math.py@math_verified", "--model",
+             "openai-api/local/m", "--limit", "1", "--no-score", "--log-dir", str(tmp / "ilogs"),
+             "--display", "none"],
+            cwd=ROOT, env=env, capture_output=True,
+        )  # fmt: skip
+        eval_s = time.perf_counter() - t0
+    _succeeded("gradebook sweep", sweep, tmp / "logs")
+    _succeeded("inspect eval", inspect, tmp / "ilogs")
+    return sweep_s, eval_s
 
 
 def cpu_scaling(workers: int, loops: int = 12_000_000) -> float:

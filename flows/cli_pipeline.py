@@ -31,6 +31,16 @@ VerboseOption = Annotated[
 WorkersOption = Annotated[
     int | None, typer.Option("--workers", min=1, help="Scoring worker processes (default: CPUs).")
 ]
+LockTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--lock-timeout",
+        envvar="GRADEBOOK_LOCK_TIMEOUT",
+        min=0,
+        help="Seconds a write waits for another process (a reader) to release the warehouse "
+        "(env GRADEBOOK_LOCK_TIMEOUT; default 5); graded results are kept in hand meanwhile.",
+    ),
+]
 RetryOption = Annotated[
     bool,
     typer.Option(
@@ -48,20 +58,27 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _run_flow(
-    verbose: bool, fn: Callable[[], T], meanwhile: Callable[[], object] | None = None
+    verbose: bool,
+    fn: Callable[[], T],
+    meanwhile: Callable[[], object] | None = None,
+    lock_timeout: float | None = None,
 ) -> T:
     """Run `fn` (which calls flows) against a Prefect API; map known failures to exit 2.
 
     `meanwhile` runs while a local Prefect server boots (checks that would otherwise wait).
+    `lock_timeout`: the warehouse lock timeout for every open the flows make.
     """
     from flows.config import ConfigError
+    from flows.envvars import environ_set
     from flows.server import PrefectServerError
     from flows.session import PrefectUnavailable, prefect_session
     from warehouse import WarehouseError
+    from warehouse.connection import LOCK_TIMEOUT_ENV
 
     quiet_prefect(verbose)
+    env = {LOCK_TIMEOUT_ENV: str(lock_timeout)} if lock_timeout is not None else {}
     try:
-        with prefect_session(meanwhile=meanwhile):
+        with environ_set(env), prefect_session(meanwhile=meanwhile):
             return fn()
     except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseError) as exc:
         raise _fail(str(exc)) from None
@@ -247,6 +264,7 @@ def score(
     ] = None,
     retry_unscored: RetryOption = False,
     verifier_module: ModulesOption = None,
+    lock_timeout: LockTimeoutOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
@@ -281,6 +299,7 @@ def score(
                 scored_log_dir=str(scored_logs) if scored_logs else None,
                 retry_unscored=retry_unscored,
             ),
+            lock_timeout=lock_timeout,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
@@ -298,6 +317,12 @@ def score(
             "were graded; run the command again once it is saved[/yellow]",
             soft_wrap=True,
         )
+    # what could not be read, one line each, as `ingest` reports it (the rest was scored)
+    problems = getattr(summaries, "problems", [])
+    for line in problems:
+        err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+    if problems:
+        raise typer.Exit(2)
 
 
 def rescore(
@@ -309,6 +334,7 @@ def rescore(
     workers: WorkersOption = None,
     retry_unscored: RetryOption = False,
     verifier_module: ModulesOption = None,
+    lock_timeout: LockTimeoutOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
@@ -336,6 +362,7 @@ def rescore(
                 workers=workers,
                 retry_unscored=retry_unscored,
             ),
+            lock_timeout=lock_timeout,
         )
     table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
     for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flipped"):

@@ -72,7 +72,8 @@ def ingest(
     for r in results:
         if r.error:
             failed += 1
-            typer.echo(f"error: {r.error}", err=True)
+            for line in r.problems():
+                typer.echo(f"error: {line}", err=True)
         else:
             typer.echo(
                 f"{r.path}: run {r.run_id} {r.task} {r.model} [{r.status}] "

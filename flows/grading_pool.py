@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import pickle
 import queue
 import signal
@@ -182,9 +183,11 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
     # this one is graded (no idle gap between chunks) without either side blocking on a full
     # socket. Grading stays on the main thread: the per-sample limit is a SIGALRM.
     jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
-    threading.Thread(target=_read_jobs, args=(conn, jobs), daemon=True).start()
+    grading = threading.Event()
+    threading.Thread(target=_read_jobs, args=(conn, jobs, grading), daemon=True).start()
     while (item := jobs.get()) is not None:
         job, payload = item
+        grading.set()
         try:
             grade, rows, timeout_s, may_defer, verifier = pickle.loads(payload)
             results = grade_chunk(grade, rows, timeout_s, may_defer)
@@ -192,6 +195,7 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
             reply: tuple = (job, "ok", results, _digest_as_loaded(verifier))
         except Exception as exc:  # e.g. the verifier cannot be unpickled here
             reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
+        grading.clear()
         try:
             conn.send(reply)
         except OSError:  # the parent went away
@@ -209,11 +213,17 @@ def _digest_as_loaded(verifier: Any) -> str | None:
     return fp.digest if fp is not None else None
 
 
-def _read_jobs(conn: Connection, jobs: queue.SimpleQueue) -> None:
+def _read_jobs(conn: Connection, jobs: queue.SimpleQueue, grading: threading.Event) -> None:
     try:
         while True:
             jobs.put(conn.recv())
     except (EOFError, OSError):
+        # The stage closed the channel (idle: finish normally) or died. Mid-chunk, nobody
+        # will read the results: stop now rather than grade on (a chunk of sandboxed tests
+        # can take minutes). The sandbox containers this process owns end with it (their
+        # lifeline closes) and the helpers forked from the stage's zygotes end with theirs.
+        if grading.is_set():
+            os._exit(0)
         jobs.put(None)
 
 

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +39,7 @@ from prefect.cache_policies import NONE as NO_CACHE
 from flows.console import progress_bar
 from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
 from scorers.registry import Verifier, get_verifier
+from warehouse.connection import WarehouseLocked
 from warehouse.schema import RetryScope
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ __all__ = [
     "ScoreOptions",
     "CODE_PASSES",
     "CodeChanged",
+    "ScoreSummaries",
     "grade_batch",
     "grade_chunk",
     "grade_one",
@@ -397,24 +398,58 @@ class Bulk:
 
 @task(name="write-scores", cache_policy=NO_CACHE, task_run_name="write {scorer} ({n} rows)")
 def write_batch(
-    warehouse_path: str, scorer: str, digest: str, keys: Bulk, results: Bulk, n: int
+    warehouse_path: str,
+    scorer: str,
+    digest: str,
+    keys: Bulk,
+    results: Bulk,
+    n: int,
+    lock_timeout_s: float | None = None,
 ) -> int:
     """Prefect task: write one batch of graded samples (one transaction).
 
+    Args:
+        lock_timeout_s: how long to wait for another process's lock (default: the
+            warehouse's, env GRADEBOOK_LOCK_TIMEOUT or 5 s).
+
     Returns:
         The number of rows written (fewer than `n` when a concurrent stage wrote some first).
+
+    Raises:
+        WarehouseLocked: another process held the file all along; nothing was written.
     """
     from warehouse import Warehouse
 
     table = scores_table(keys.value, results.value, scorer, digest)
-    return Warehouse(warehouse_path).write_scores(table)
+    return Warehouse(warehouse_path, lock_timeout_s=lock_timeout_s).write_scores(table)
+
+
+# While the workers grade, a write that finds the file locked (a reader elsewhere) waits only
+# this long, keeps its results and tries again at the next batch, so grading never stalls.
+LOCK_TRY_S = 0.1
+
+
+class GradedWorkNotWritten(WarehouseLocked):
+    """The warehouse stayed locked past the lock timeout; says what was kept and what lost."""
+
+    def __init__(self, locked: WarehouseLocked, kept: int, lost: int) -> None:
+        RuntimeError.__init__(
+            self,
+            f"{locked}; gave up with {kept} graded result(s) written and {lost} graded but "
+            "not written (run the command again: only those are graded again)",
+        )
+        self.path, self.pid, self.kept, self.lost = locked.path, locked.pid, kept, lost
 
 
 class _BatchWriter:
     """Collects graded chunks (the `emit` of `stream_grades`) and writes them in batches.
 
     A batch is written from the thread that feeds the workers while they go on grading the
-    chunks they hold, so the write does not stall them.
+    chunks they hold, so the write does not stall them. A write that finds the warehouse
+    locked by another process keeps its rows in hand and is tried again with the next batch
+    while grading goes on; once the file has stayed locked for the lock timeout (counted from
+    the first refused write; the last write, when grading is done, waits out the rest), the
+    stage gives up with `GradedWorkNotWritten`, which says how many results were kept and lost.
     """
 
     def __init__(
@@ -425,50 +460,84 @@ class _BatchWriter:
         samples: Samples,
         summaries: dict[tuple[str, str], RunScore],
         advance: Callable[[int], None],
-        register: Callable[[], object],
+        register: Callable[[float], object],
+        lock_timeout_s: float,
     ) -> None:
         self.warehouse_path, self.scorer, self.digest = warehouse_path, scorer, digest
         # Recording the fingerprint (a write transaction, ~0.1 s) waits until the workers
         # have their first chunks, off the path to the first grade; it is done before any
         # score is written, and also when there is nothing to score.
-        self.register: Callable[[], object] | None = register
+        self.register: Callable[[float], object] | None = register
         self.samples = samples
         self.summaries = summaries
         self.advance = advance
         self.indices: list[int] = []
         self.results: list[ResultRow] = []
         self.last = time.monotonic()
+        self.lock_timeout_s = lock_timeout_s
+        self.locked_since: float | None = None
 
     def __call__(self, part: list[int], graded: list[ResultRow]) -> None:
-        self._registered()
         self.indices.extend(part)
         self.results.extend(graded)
         self.advance(len(part))
-        pending = len(self.indices)
-        if pending >= BATCH_MAX_ROWS or time.monotonic() - self.last >= BATCH_INTERVAL_S:
-            self.flush()
+        # a full batch goes at once, but a locked file is tried again only once a second
+        full = len(self.indices) >= BATCH_MAX_ROWS and self.locked_since is None
+        if full or time.monotonic() - self.last >= BATCH_INTERVAL_S:
+            self.flush(final=False)
+        elif self.register is not None:
+            self._attempt(self._registered, final=False)
 
-    def _registered(self) -> None:
+    def _registered(self, wait_s: float) -> None:
         if self.register is not None:
-            register, self.register = self.register, None
-            register()
+            self.register(wait_s)
+            self.register = None
 
-    def flush(self) -> None:
-        self._registered()
+    def _attempt(self, write: Callable[[float], object], *, final: bool) -> bool:
+        """Run `write(seconds to wait for the lock)`; False when the file stayed locked."""
+        start = time.monotonic()
+        since = self.locked_since if self.locked_since is not None else start
+        remaining = max(0.0, self.lock_timeout_s - (start - since))
+        try:
+            write(remaining if final else min(LOCK_TRY_S, remaining))
+        except WarehouseLocked as exc:
+            self.locked_since = since
+            if final or time.monotonic() - since >= self.lock_timeout_s:
+                kept = sum(s.written for s in self.summaries.values())
+                raise GradedWorkNotWritten(exc, kept, len(self.indices)) from None
+            return False
+        self.locked_since = None
+        return True
+
+    def flush(self, final: bool = True) -> None:
+        """Write what is in hand; `final`: grading is over, wait out the lock timeout."""
         self.last = time.monotonic()
-        if not self.indices:
+        if not self._attempt(self._registered, final=final) or not self.indices:
             return
-        indices, results, self.indices, self.results = self.indices, self.results, [], []
-        keys = self.samples.keys(indices)
-        written = write_batch(
-            self.warehouse_path, self.scorer, self.digest, Bulk(keys), Bulk(results), len(keys)
-        )
+        keys = self.samples.keys(self.indices)
+        written: list[int] = []
+        if not self._attempt(
+            lambda wait_s: written.append(
+                write_batch(
+                    self.warehouse_path,
+                    self.scorer,
+                    self.digest,
+                    Bulk(keys),
+                    Bulk(self.results),
+                    len(keys),
+                    wait_s,
+                )  # fmt: skip
+            ),
+            final=final,
+        ):
+            return  # locked: the rows stay in hand for the next try
+        results, self.indices, self.results = self.results, [], []
         # the summary counts what was written; a duplicate written by a concurrent stage is
         # not ours
-        run_ids = keys.column("run_id").to_pylist()[:written]
-        attempts = keys.column("attempt").to_pylist()[:written]
+        run_ids = keys.column("run_id").to_pylist()[: written[0]]
+        attempts = keys.column("attempt").to_pylist()[: written[0]]
         for run_id, attempt, (status, value, _, _, reason, _, _) in zip(
-            run_ids, attempts, results[:written], strict=True
+            run_ids, attempts, results[: written[0]], strict=True
         ):
             self.summaries[(run_id, self.scorer)].count(status, value, reason, attempt)
 
@@ -546,6 +615,7 @@ def _score_runs(
     skip_reasons: tuple[str, ...],
 ) -> list[RunScore]:
     from scorers.fingerprint import fingerprint
+    from warehouse import Warehouse
 
     warehouse_path = wh.path
     by_scorer: dict[str, list[str]] = {}
@@ -583,7 +653,10 @@ def _score_runs(
                     writer = _BatchWriter(
                         str(warehouse_path), name, fp.digest, samples, summaries,
                         lambda n, bar=bar: progress.advance(bar, n) if progress else None,
-                        register=partial(wh.register_verifier, fp, current=True),
+                        register=lambda wait_s, fp=fp: Warehouse(
+                            warehouse_path, lock_timeout_s=wait_s
+                        ).register_verifier(fp, current=True),
+                        lock_timeout_s=wh.lock_timeout_s,
                     )  # fmt: skip
                     stale = stream_grades(pool, verifier, samples, opts, writer, expect=fp.digest)
                     writer.flush()
@@ -640,7 +713,8 @@ def ingest_and_plan(
     chosen = list(verifiers or [])
     plan: dict[str, list[str]] = {}
     for res in results:
-        if res.error or not res.run_id:
+        # a log with damaged samples still has its readable ones stored: they are scored
+        if not res.run_id:
             continue
         names = chosen
         if not names:
@@ -693,6 +767,15 @@ def ingest_task(
     return ingest_and_plan(warehouse_path, logs, verifiers)
 
 
+class ScoreSummaries(list[RunScore]):
+    """What `score_flow` wrote, one RunScore per (run, verifier), and `problems`: what its
+    ingest could not read, one line each (an unreadable log, a damaged sample)."""
+
+    def __init__(self, summaries: Iterable[RunScore], problems: Iterable[str] = ()) -> None:
+        super().__init__(summaries)
+        self.problems = list(problems)
+
+
 @flow(name="score", log_prints=False)
 def score_flow(
     logs: list[str],
@@ -717,6 +800,10 @@ def score_flow(
             never modified) so `inspect view` shows the scores.
         retry_unscored: also grade again samples left unscored for a retryable reason
             (sandbox_unavailable, timeout, verifier_error).
+
+    Returns:
+        The summaries per (run, verifier); `.problems` names each log or sample the ingest
+        could not read (the readable ones are scored).
     """
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
@@ -724,7 +811,7 @@ def score_flow(
         # big logs: start the workers first, so their start-up overlaps the ingest
         if _expected_samples(logs) > 2 * opts.chunk_size:
             _start_for(pool, _verifiers_for(logs, verifiers))
-        plan, _ = ingest_task(warehouse, logs, verifiers)
+        plan, ingested = ingest_task(warehouse, logs, verifiers)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:
         pool.close()
@@ -732,4 +819,4 @@ def score_flow(
         from flows.scored_log import write_scored_logs
 
         write_scored_logs(warehouse, logs, Path(scored_log_dir))
-    return summaries
+    return ScoreSummaries(summaries, [line for r in ingested for line in r.problems()])

@@ -14,6 +14,12 @@ Trust is split by process and uid (see the README (Sandbox) for the threat model
   the harness. Exiting early, crashing or hanging leaves a call unanswered: not passed.
 - ``janitor`` (uid SANDBOX): after a run, kills every process of the submission uid, wipes the
   work dir and the uid's SysV IPC objects, and prints CLEAN only when nothing is left.
+The container's main process (under tini, uid HARNESS) is a watchdog (`scorers.sandbox`) that
+exits when its owner's end of its stdin closes, so a host process that dies, even by SIGKILL,
+takes its containers with it. The per-test wall-clock limit holds inside the container too: the harness server waits for each
+test's harness at most ``limit_s`` (the host's limit plus a margin) and then ends the whole
+container by signalling PID 1 (tini forwards it to the watchdog), whether or not the host is
+still there to do it.
 
 Only the standard library is used: the image has nothing else.
 """
@@ -25,6 +31,7 @@ import builtins
 import io
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -460,9 +467,46 @@ def harness_server() -> int:
 
     def handle(request: dict) -> None:
         # The child's stdout is the server's: it writes exactly one verdict line there.
-        os.waitpid(_fork_child(run_harness, request, 1, devnull), 0)
+        pid = _fork_child(run_harness, request, 1, devnull)
+        limit = request.get("limit_s")
+        if not _wait_child(pid, float(limit) if type(limit) in (int, float) else None):
+            end_container()
 
     return _serve(handle)
+
+
+def _wait_child(pid: int, limit_s: float | None) -> bool:
+    """Reap child `pid`; False when it was still running after `limit_s` seconds."""
+    if limit_s is None:
+        os.waitpid(pid, 0)
+        return True
+    deadline = time.monotonic() + limit_s
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd here: poll
+        fd = None
+    try:
+        while True:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if fd is None:
+                time.sleep(min(remaining, 0.01))
+            else:
+                select.select([fd], [], [], remaining)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def end_container() -> None:
+    """Stop the whole container from inside: tini (PID 1, this uid) forwards SIGTERM to the
+    watchdog, whose exit ends tini and with it every process in the container."""
+    os.kill(1, signal.SIGTERM)
+    time.sleep(60)  # the container is going away around us
 
 
 def submission_zygote() -> int:

@@ -14,8 +14,13 @@ process of the submission uid and wipes the work dir and IPC objects. A containe
 timed out, or that did not report CLEAN, is destroyed and replaced in the background; nothing a
 submission leaves behind reaches the next one.
 
-Containers carry `gradebook.sandbox=1` and an owner label (host, pid, process start time);
-a new pool removes the containers of owners that no longer run (a crashed scorer's leftovers).
+Nothing outlives the process that owns a container: the container's main process is a
+watchdog reading a lifeline (its stdin, held open by the owner) and exits at EOF, so a killed
+owner's containers stop and are removed by Docker within moments; and the per-test wall-clock
+limit also holds inside the container, where the harness server ends the container once a test
+overruns its limit by INSIDE_MARGIN_S. Containers also carry `gradebook.sandbox=1` and an owner
+label (host, pid, process start time); a new pool removes the containers of owners that no
+longer run (a backstop for containers started by older versions).
 """
 
 from __future__ import annotations
@@ -47,8 +52,14 @@ HARNESS_SOURCE = (
     or Path(_harness.__file__).read_bytes()
 ).decode("utf-8")
 _PYTHON = ["python3", "-I", "-S", "-B", "-c", HARNESS_SOURCE]
+# The container's main process: it reads its stdin, the lifeline its owner holds open, and exits
+# at EOF (the owner closed it or died), which ends tini and every process in the container.
+_WATCHDOG = ["python3", "-I", "-S", "-B", "-c", "import sys; sys.stdin.buffer.read()"]
 
 RunStatus = Literal["passed", "failed", "timeout", "error"]
+# How long after the host's own deadline the container ends a run by itself: the host kills
+# the container at its deadline; this margin only matters when the host did not (it died).
+INSIDE_MARGIN_S = 5.0
 
 
 class SandboxUnavailable(RuntimeError):
@@ -155,10 +166,41 @@ def reap_orphans(client: Any) -> int:
     return removed
 
 
+class LiveContainer:
+    """A started sandbox container and its lifeline.
+
+    The container's main process (under tini) is a watchdog (`_WATCHDOG`): it reads the
+    lifeline, the container's stdin held open by this process, and exits at EOF. So
+    the container stops, and Docker removes it, as soon as this process closes the lifeline or
+    dies for any reason (SIGKILL included); nothing of it outlives its owner.
+    """
+
+    def __init__(self, client: Any, container_id: str, lifeline: Any) -> None:
+        self.client = client
+        self.id = container_id
+        self._lifeline = lifeline
+
+    def close_lifeline(self) -> None:
+        for closer in (getattr(self._lifeline, "_sock", None), self._lifeline):
+            try:
+                if closer is not None:
+                    closer.close()
+            except OSError:
+                pass
+
+    def remove(self) -> None:
+        """End the container now (it is removed by Docker once stopped)."""
+        self.close_lifeline()
+        try:
+            self.client.api.remove_container(self.id, force=True)
+        except Exception:  # noqa: BLE001 - already stopped and auto-removed
+            pass
+
+
 def create_container(
     client: Any, image: str, limits: SandboxLimits, *, user: str, owner: str
-) -> Any:
-    """Start one locked-down, labelled container running `sleep infinity` under tini.
+) -> LiveContainer:
+    """Start one locked-down, labelled container whose main process is the watchdog.
 
     Args:
         client: a `docker.DockerClient`.
@@ -169,12 +211,11 @@ def create_container(
     """
     from docker.types import Ulimit
 
+    api = client.api
     sandbox_uid = sandbox_users().sandbox_uid
-    return client.containers.run(
-        image,
-        ["sleep", "infinity"],
-        detach=True,
+    host_config = api.create_host_config(
         init=True,
+        auto_remove=True,
         network_mode="none",
         read_only=True,
         tmpfs={"/work": f"size={limits.work_mb}m,mode=0700,uid={sandbox_uid},gid={sandbox_uid}"},
@@ -185,11 +226,30 @@ def create_container(
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         ipc_mode="none",
+        ulimits=[Ulimit(name="core", soft=0, hard=0)],
+    )
+    # stdin_open without detach: Docker closes the container's stdin once the one attached
+    # client (the lifeline) disconnects (StdinOnce), which is what ends the watchdog
+    container_id = api.create_container(
+        image,
+        _WATCHDOG,
         user=user,
         working_dir="/work",
-        ulimits=[Ulimit(name="core", soft=0, hard=0)],
         labels={LABEL: "1", OWNER_LABEL: owner},
-    )
+        stdin_open=True,
+        detach=False,
+        host_config=host_config,
+    )["Id"]
+    try:
+        lifeline = api.attach_socket(container_id, params={"stdin": 1, "stream": 1})
+        api.start(container_id)
+    except BaseException:
+        try:
+            api.remove_container(container_id, force=True)
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            pass
+        raise
+    return LiveContainer(client, container_id, lifeline)
 
 
 def owner_label() -> str:
@@ -277,7 +337,7 @@ class _ExecStream:
 class _Warm:
     """A started container with its harness server and submission zygote attached."""
 
-    container: Any
+    container: LiveContainer
     harness: _ExecStream
     zygote: _ExecStream
     runs: int = 0
@@ -320,7 +380,7 @@ class SandboxPool:
         self.containers_owner = self._owner  # the owner label on every container it starts
         self._idle: queue.Queue[Any] = queue.Queue()
         self._slots = threading.BoundedSemaphore(self.concurrency)
-        self._live: set[str] = set()
+        self._live: dict[str, LiveContainer] = {}
         self._starting = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -337,8 +397,9 @@ class SandboxPool:
     # -- container lifecycle ----------------------------------------------------------------
 
     def _create(self) -> Any:
-        # PID 1 and its sleeper run as the harness uid: the janitor's kill(-1) as the
-        # submission uid must not take the container down with it.
+        # PID 1 (tini) and the watchdog run as the harness uid: the janitor's kill(-1) as the
+        # submission uid must not take the container down with it, and the harness server
+        # (same uid) can end the container by signalling PID 1.
         return create_container(
             self.client, self.image, self.limits, user=self._harness_user, owner=self._owner
         )
@@ -352,7 +413,7 @@ class SandboxPool:
         try:
             container = self._create()
             with self._lock:
-                self._live.add(container.id)
+                self._live[container.id] = container
             api = self.client.api
             warm = _Warm(
                 container,
@@ -379,11 +440,8 @@ class SandboxPool:
             item.close()
             container = item.container
         with self._lock:
-            self._live.discard(container.id)
-        try:
-            container.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+            self._live.pop(container.id, None)
+        container.remove()
 
     def _replace(self, container: Any) -> None:
         self._destroy(container)
@@ -445,6 +503,9 @@ class SandboxPool:
                     "entry_point": entry_point,
                     "sock": sock,
                     "accept_s": timeout_s,
+                    # the same limit, held inside the container too: past it the harness
+                    # server ends the container (this process may be gone and not kill it)
+                    "limit_s": timeout_s + INSIDE_MARGIN_S,
                 }
             )
             warm.zygote.send({"op": "run", "sock": sock, "code": code, "output_cap": cap})
@@ -511,14 +572,9 @@ class SandboxPool:
             except queue.Empty:
                 break
         with self._lock:
-            leftover = list(self._live)
-        for container_id in leftover:
-            try:
-                self.client.containers.get(container_id).remove(force=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-            with self._lock:
-                self._live.discard(container_id)
+            leftover, self._live = list(self._live.values()), {}
+        for container in leftover:
+            container.remove()
         atexit.unregister(self.close)
 
     def __enter__(self) -> SandboxPool:

@@ -148,7 +148,7 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
     ) -> None:
         for environment in environments.values():
             env = environment.as_type(GradebookSandboxEnvironment)
-            await anyio.to_thread.run_sync(lambda e=env: e._container.remove(force=True))
+            await anyio.to_thread.run_sync(lambda e=env: e._container.remove())
 
     async def exec(
         self,

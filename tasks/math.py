@@ -1,15 +1,14 @@
 """Inspect tasks graded by the math verifier: a small bundled set and user-supplied GSM8K files.
 
-The bundled problems (tasks/data/math_problems.jsonl) were written for this project: each has a
-reference answer and a plausible wrong answer, covering integers, decimals, fractions,
-percentages, radicals, expressions, equations, tuples, intervals, sets, ± and matrices.
-`scripted_completions()` turns them into correct and wrong completions to drive `mockllm`.
+The bundled problems and `scripted_completions()` (correct and wrong completions to drive
+`mockllm`) live in `tasks.math_problems`. This file is loaded by Inspect's own CLI too
+(`inspect eval tasks/math.py@math_verified`), under a module name missing from `sys.modules`:
+keep dataclasses out of it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from inspect_ai import Task, task
@@ -17,8 +16,16 @@ from inspect_ai.dataset import Sample
 from inspect_ai.solver import generate, prompt_template
 
 from scorers.math import math_verifier
+from tasks.math_problems import DATA, ScriptedSample, bundled_samples, scripted_completions
 
-DATA = Path(__file__).parent / "data" / "math_problems.jsonl"
+__all__ = [
+    "DATA",
+    "ScriptedSample",
+    "bundled_samples",
+    "gsm8k_verified",
+    "math_verified",
+    "scripted_completions",
+]
 
 PROMPT = """Solve the problem. Reason step by step, then write the final answer on its own last
 line as `ANSWER: <answer>` (LaTeX allowed).
@@ -27,38 +34,6 @@ line as `ANSWER: <answer>` (LaTeX allowed).
 
 # GSM8K references end with "#### <n>"; model solutions in the GSM8K repo end with "A: <n>".
 GSM8K_PATTERNS = ("answer_line", "boxed", "gsm8k", r"^\s*A:\s*(\S.*)$")
-
-
-@dataclass(frozen=True)
-class ScriptedSample:
-    id: str
-    correct: str
-    wrong: str
-
-
-def _problems() -> list[dict]:
-    return [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
-
-
-def bundled_samples() -> list[Sample]:
-    return [
-        Sample(id=p["id"], input=p["question"], target=p["answer"], metadata={"kind": p["kind"]})
-        for p in _problems()
-    ]
-
-
-def scripted_completions() -> list[ScriptedSample]:
-    """For each bundled sample, a completion the verifier grades correct and one it grades wrong."""
-    out = []
-    for p in _problems():
-        out.append(
-            ScriptedSample(
-                id=p["id"],
-                correct=f"Working through the problem carefully.\nANSWER: {p['answer']}",
-                wrong=f"A quick guess.\nANSWER: {p['wrong']}",
-            )
-        )
-    return out
 
 
 @task

@@ -3,6 +3,7 @@ and without Docker nothing runs (never a fallback to the host)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ import textwrap
 import pytest
 
 from scorers.code import run_unit_tests
-from scorers.sandbox import LABEL, OWNER_LABEL, SandboxPool, reap_orphans
+from scorers.sandbox import LABEL, OWNER_LABEL, SandboxLimits, SandboxPool, reap_orphans
 
 TESTS = "assert probe(1) == 1\n"
 
@@ -98,22 +99,26 @@ def test_containers_are_hardened_and_labelled(docker_sandbox):
 
 @pytest.mark.docker
 def test_leftovers_of_a_dead_owner_are_reaped(docker_sandbox):
+    # A container whose owner label names a process that no longer runs (its lifeline is held
+    # here, so only the reaper can end it: the backstop for containers of older versions).
     import docker
 
-    # A scorer process that starts a pool and dies without cleaning up.
-    script = (
-        "import os\nfrom scorers.sandbox import SandboxPool\n"
-        "pool = SandboxPool(concurrency=1)\npool._take()\nprint(pool.containers_owner, flush=True)\n"
-        "os._exit(0)\n"
-    )
-    owner = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
-    ).stdout.split()[-1]
+    from scorers.sandbox import create_container
+    from scorers.sandbox_image import image_tag, sandbox_users
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    owner = f"{socket.gethostname()}:{gone.pid}:1"
+    uid = sandbox_users().harness_uid
     client = docker.from_env()
-    flt = {"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]}
-    assert client.containers.list(all=True, filters=flt), "the dead scorer left no container"
-    assert reap_orphans(client) >= 1
-    assert client.containers.list(all=True, filters=flt) == []
+    live = create_container(client, image_tag(), SandboxLimits(), user=f"{uid}:{uid}", owner=owner)
+    try:
+        flt = {"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]}
+        assert client.containers.list(all=True, filters=flt), "no container was started"
+        assert reap_orphans(client) >= 1
+        assert client.containers.list(all=True, filters=flt) == []
+    finally:
+        live.remove()
 
 
 def test_no_docker_means_unscored_never_host(monkeypatch, tmp_path):

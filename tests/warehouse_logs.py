@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -97,3 +100,40 @@ def reader_holding(db: Path) -> Iterator[subprocess.Popen[str]]:
         yield reader
     finally:
         reader.communicate("")
+
+
+def damage_member(log: Path, out: Path, member: str) -> Path:
+    """A copy of `log` with the stored bytes of one zip member overwritten in the middle (what
+    a bad disk block or a torn copy does): the member no longer decompresses or fails its CRC;
+    every other member and the zip directory are intact."""
+    shutil.copy(log, out)
+    with zipfile.ZipFile(log) as archive:
+        info = archive.getinfo(member)
+    with open(out, "r+b") as f:
+        f.seek(info.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", f.read(4))
+        data_at = info.header_offset + 30 + name_len + extra_len
+        f.seek(data_at + info.compress_size // 3)
+        f.write(b"\xff" * max(8, info.compress_size // 3))
+    return out
+
+
+def rewrite_member(log: Path, out: Path, member: str, edit: Callable[[bytes], bytes]) -> Path:
+    """A copy of `log` with one member's uncompressed bytes replaced by `edit(bytes)` (written
+    back with the member's own compression, Zstandard for Inspect's samples)."""
+    import inspect_ai._util.zipfile  # noqa: F401 - teaches zipfile Inspect's Zstandard members
+
+    with zipfile.ZipFile(log) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == member:
+                data = edit(data)
+            dst.writestr(info, data, compress_type=info.compress_type)
+    return out
+
+
+def truncated(log: Path, out: Path) -> Path:
+    """A copy of `log` cut in half (an interrupted copy)."""
+    data = Path(log).read_bytes()
+    out.write_bytes(data[: len(data) // 2])
+    return out

@@ -24,6 +24,7 @@ import duckdb
 
 DEFAULT_LOCK_TIMEOUT_S = 5.0
 CATALOG = "gradebook"
+LOCK_TIMEOUT_ENV = "GRADEBOOK_LOCK_TIMEOUT"
 _PID = re.compile(r"PID (\d+)")
 # What the operating system said when DuckDB could not write or open the file, as DuckDB words
 # it ("... : No space left on device"): the cause a user can act on.
@@ -48,6 +49,17 @@ _FIXES = {
 class WarehouseError(Exception):
     """A warehouse the command cannot use as asked; the message is one line naming the file
     and what to do (the CLI prints it and exits 2)."""
+
+
+def default_lock_timeout() -> float:
+    """Seconds an open waits for another process's lock: env GRADEBOOK_LOCK_TIMEOUT (every
+    command honours it), else DEFAULT_LOCK_TIMEOUT_S; a value that is not a number >= 0 is
+    ignored."""
+    try:
+        value = float(os.environ.get(LOCK_TIMEOUT_ENV, ""))
+    except ValueError:
+        return DEFAULT_LOCK_TIMEOUT_S
+    return value if value >= 0 else DEFAULT_LOCK_TIMEOUT_S
 
 
 class WarehouseLocked(WarehouseError, RuntimeError):

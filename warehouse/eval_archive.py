@@ -32,9 +32,14 @@ from typing import Any
 import inspect_ai
 import msgspec
 import zstandard
-from inspect_ai.log import EvalLog, EvalSampleReductions, read_eval_log_samples_by_id
+from inspect_ai.log import (
+    EvalLog,
+    EvalSampleReductions,
+    read_eval_log_sample,
+    read_eval_log_samples_by_id,
+)
 
-from warehouse.sample_rows import SampleColumns, canonical_json, timestamp
+from warehouse.sample_rows import BadSample, SampleColumns, canonical_json, timestamp
 
 SampleKey = tuple[str, int]
 
@@ -184,41 +189,110 @@ def iter_sample_columns(
     size reaches `max_batch_bytes` (long agent transcripts make fewer samples per batch). A
     member name repeated in the archive resolves to its last entry, as Inspect's readers do.
 
+    One damaged sample does not stop the others: a member that does not decompress, fails its
+    CRC, or that neither this decoder nor Inspect's reader accepts is listed in its batch's
+    `bad` and skipped. The members of samples in `have` are checked too (decompressed and
+    CRC-checked, not decoded), so a damaged copy of a stored log is not taken for a good one;
+    their failures are in the first batch's `bad`. At least one batch is yielded, the last with
+    `last` set.
+
     Raises:
-        zipfile.BadZipFile, OSError, zstandard.ZstdError: the archive cannot be read.
+        zipfile.BadZipFile, OSError: the archive itself (its directory) cannot be read.
     """
     with zipfile.ZipFile(path) as archive:
         # dict keeps the last entry of a repeated name (a re-logged sample supersedes)
         members = {i.filename: i for i in archive.infolist() if i.filename.startswith(_SAMPLES_DIR)}
-        wanted = [
-            (key, info)
-            for info in members.values()
-            if (key := _member_key(info.filename)) is not None and key not in have
-        ]
+    keyed = [
+        (key, info) for info in members.values() if (key := member_key(info.filename)) is not None
+    ]
+    wanted = [(key, info) for key, info in keyed if key not in have]
     decompressor = zstandard.ZstdDecompressor()
     with open(path, "rb") as f:
-        batches = list(_batches(wanted, batch_size, max_batch_bytes))
+        damaged = []
+        for key, info in keyed:
+            if key in have:
+                try:
+                    _member_bytes(f, info, decompressor, path)
+                except _MEMBER_ERRORS as exc:
+                    damaged.append(BadSample(key[0], key[1], _one_line(exc), stored=True))
+        batches = list(_batches(wanted, batch_size, max_batch_bytes)) or [[]]
         for number, batch in enumerate(batches, start=1):
             columns = SampleColumns(run_id)
             columns.last = number == len(batches)
+            if number == 1:
+                columns.bad.extend(damaged)
             slow: list[tuple[str, int]] = []
             for key, info in batch:
-                raw = _member_bytes(f, info, decompressor, path)
+                try:
+                    raw = _member_bytes(f, info, decompressor, path)
+                except _MEMBER_ERRORS as exc:
+                    columns.bad.append(BadSample(key[0], key[1], _one_line(exc)))
+                    continue
+                mark = columns.mark()
                 try:
                     _add_raw_sample(columns, raw)
                 except (_NotFast, msgspec.DecodeError, msgspec.ValidationError):
+                    columns.rollback(mark)
                     slow.append(key)
             columns.via_inspect = len(slow)
             if slow:
-                # Inspect finds a member by f"{id}_epoch_{epoch}", so the str id finds int ids too
-                for sample in read_eval_log_samples_by_id(
-                    path,
-                    slow,
-                    resolve_attachments=True,
-                    exclude_fields={"events"},
-                ):
-                    columns.add_sample(sample)
+                add_via_inspect(path, slow, columns)
             yield columns
+
+
+# What one damaged member raises (the archive's directory was read fine).
+_MEMBER_ERRORS = (zipfile.BadZipFile, zstandard.ZstdError, OSError, ValueError, struct.error)
+
+
+def add_via_inspect(path: str, keys: list[tuple[str, int]], columns: SampleColumns) -> None:
+    """Append these samples of a `.eval` log, read with Inspect's reader; a sample it cannot
+    read goes to `columns.bad` and the others are still added."""
+
+    def read(part: list[tuple[str, int]]) -> list[Any]:
+        # Inspect finds a member by f"{id}_epoch_{epoch}", so the str id finds int ids too
+        return read_eval_log_samples_by_id(
+            path, part, resolve_attachments=True, exclude_fields={"events"}
+        )
+
+    try:
+        samples = read(keys)
+    except Exception:  # noqa: BLE001 - one bad sample fails the call: find which, one by one
+        samples = []
+    got = set()
+    for sample in samples:
+        key = (str(sample.id), sample.epoch)
+        got.add(key)
+        _add_checked(columns, key, lambda s=sample: s)
+    for key in keys:
+        if (str(key[0]), key[1]) not in got:
+            _add_checked(columns, key, lambda k=key: _one_sample(path, k, read))
+
+
+def _one_sample(path: str, key: tuple[str, int], read: Any) -> Any:
+    try:
+        samples = read([key])
+        if samples:
+            return samples[0]
+    except Exception:  # noqa: BLE001, S110 - the whole-sample reader below decides
+        pass
+    # The streaming reader that skips `events` is stricter than Inspect's whole-member one
+    # (invalid UTF-8, e.g. an encoded lone surrogate, fails it): a sample that Inspect reads
+    # at all is kept.
+    return read_eval_log_sample(path, key[0], key[1], resolve_attachments=True)
+
+
+def _add_checked(columns: SampleColumns, key: tuple[str, int], get: Any) -> None:
+    mark = columns.mark()
+    try:
+        columns.add_sample(get())
+    except Exception as exc:  # noqa: BLE001 - any failure is this one sample's
+        columns.rollback(mark)
+        columns.bad.append(BadSample(str(key[0]), key[1], _one_line(exc)))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 
 
 def _batches(
@@ -236,7 +310,7 @@ def _batches(
         yield batch
 
 
-def _member_key(name: str) -> SampleKey | None:
+def member_key(name: str) -> SampleKey | None:
     stem = name[len(_SAMPLES_DIR) :]
     if not stem.endswith(".json"):
         return None
@@ -249,10 +323,14 @@ def _member_key(name: str) -> SampleKey | None:
 def _member_bytes(
     f: Any, info: zipfile.ZipInfo, decompressor: zstandard.ZstdDecompressor, path: str
 ) -> bytes:
+    """A sample member's bytes, CRC-checked (zipfile checks its own)."""
     if info.compress_type != _ZIP_ZSTD:
         with zipfile.ZipFile(path) as archive:  # stored/deflated members: rare, let zipfile do it
             return archive.read(info)
-    return decompressor.decompress(_compressed(f, info), max_output_size=info.file_size)
+    data = decompressor.decompress(_compressed(f, info), max_output_size=info.file_size)
+    if zlib.crc32(data) != info.CRC:
+        raise zipfile.BadZipFile(f"CRC mismatch in {info.filename}")
+    return data
 
 
 def _member_data(f: Any, info: zipfile.ZipInfo) -> bytes:

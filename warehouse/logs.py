@@ -6,11 +6,15 @@ version Inspect can read is readable here. For those `.eval` logs the sample sum
 warehouse lacks are then read, in batches through `read_eval_log_samples_by_id` (one shared zip
 reader: `read_eval_log_samples` reopens the archive for every sample, ~13 ms each here). A
 `.json` log is one JSON document, so it is read whole.
+
+Both readers read sample by sample as far as damage goes: one unreadable sample is reported
+(`SampleColumns.bad`) and the others are still read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +27,12 @@ from inspect_ai.log import (
     EvalSample,
     read_eval_log,
     read_eval_log_sample_summaries,
-    read_eval_log_samples_by_id,
 )
 
 from warehouse import eval_archive
 from warehouse.log_stamps import NO_STAMP, LogStamp
 from warehouse.sample_rows import (
+    BadSample,
     SampleColumns,
     canonical_json,
     timestamp,
@@ -206,6 +210,9 @@ def iter_sample_columns(
     (warehouse.eval_archive, 15-25x faster); every other log through Inspect's readers. Both give
     the same rows. A partial (cancelled, interrupted) log yields the samples it holds.
 
+    A sample that cannot be read is listed in its batch's `bad` (`BadSample`) and the others
+    are still yielded; in a `.eval` log the members of the samples in `have` are checked too.
+
     Args:
         path: the log.
         header: its header (`read_header`), which says who wrote it.
@@ -216,64 +223,72 @@ def iter_sample_columns(
         fast: False forces Inspect's readers (the reference the direct reader is tested against).
 
     Raises:
-        LogReadError: the log's samples cannot be read.
+        LogReadError: the log as a whole cannot be read (its archive, sample list or JSON).
     """
     try:
         if fast and eval_archive.applies(path, header):
             yield from eval_archive.iter_sample_columns(
                 path, run_id, have, batch_size=batch_size or eval_archive.DIRECT_BATCH
             )
-            return
-        for batch in iter_sample_batches(path, have, batch_size=batch_size or SAMPLE_BATCH):
-            columns = SampleColumns(run_id)
-            for sample in batch:
-                columns.add_sample(sample)
-            yield columns
-    except LogReadError:
-        raise
-    except Exception as exc:
-        raise LogReadError(f"{path}: unreadable samples ({_one_line(exc)})") from exc
-
-
-def iter_sample_batches(
-    path: str, have: set[SampleKey], *, batch_size: int = SAMPLE_BATCH
-) -> Iterator[list[EvalSample]]:
-    """Yield the log's samples that are not in `have`, `batch_size` at a time.
-
-    A partial (cancelled, interrupted) log yields the samples it holds.
-
-    Raises:
-        LogReadError: the log's samples cannot be read.
-    """
-    try:
-        if path.endswith(".eval"):
-            yield from _eval_batches(path, have, batch_size)
+        elif path.endswith(".eval"):
+            yield from _eval_columns(path, run_id, have, batch_size or SAMPLE_BATCH)
         else:
-            yield from _json_batches(path, have, batch_size)
+            yield from _json_columns(path, run_id, have, batch_size or SAMPLE_BATCH)
     except LogReadError:
         raise
     except Exception as exc:
         raise LogReadError(f"{path}: unreadable samples ({_one_line(exc)})") from exc
 
 
-def _eval_batches(path: str, have: set[SampleKey], size: int) -> Iterator[list[EvalSample]]:
-    wanted = [
-        (s.id, s.epoch)
-        for s in read_eval_log_sample_summaries(path)
-        if (str(s.id), s.epoch) not in have
-    ]
-    for start in range(0, len(wanted), size):
+def _eval_columns(
+    path: str, run_id: str, have: set[SampleKey], size: int
+) -> Iterator[SampleColumns]:
+    summaries = read_eval_log_sample_summaries(path)
+    wanted = [(s.id, s.epoch) for s in summaries if (str(s.id), s.epoch) not in have]
+    damaged = _damaged_members(path, have) if have else []
+    for start in range(0, max(len(wanted), 1), size):
+        columns = SampleColumns(run_id)
+        if start == 0:
+            columns.bad.extend(damaged)
         # events are the transcript's tracing detail: messages + output carry what scoring needs
-        yield read_eval_log_samples_by_id(
-            path, wanted[start : start + size], resolve_attachments=True, exclude_fields={"events"}
-        )
+        eval_archive.add_via_inspect(path, wanted[start : start + size], columns)
+        yield columns
 
 
-def _json_batches(path: str, have: set[SampleKey], size: int) -> Iterator[list[EvalSample]]:
+def _damaged_members(path: str, have: set[SampleKey]) -> list[BadSample]:
+    """The stored samples whose members in this archive fail to decompress or their CRC."""
+    import inspect_ai._util.zipfile  # noqa: F401 - teaches zipfile Inspect's Zstandard members
+
+    bad = []
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            key = eval_archive.member_key(info.filename)
+            if key is None or key not in have:
+                continue
+            try:
+                with archive.open(info) as member:
+                    while member.read(1 << 20):
+                        pass
+            except Exception as exc:  # noqa: BLE001 - any failure is this member's
+                bad.append(BadSample(key[0], key[1], _one_line(exc), stored=True))
+    return bad
+
+
+def _json_columns(
+    path: str, run_id: str, have: set[SampleKey], size: int
+) -> Iterator[SampleColumns]:
     log = read_eval_log(path, resolve_attachments=True)
     todo = [s for s in log.samples or [] if (str(s.id), s.epoch) not in have]
-    for start in range(0, len(todo), size):
-        yield todo[start : start + size]
+    for start in range(0, max(len(todo), 1), size):
+        columns = SampleColumns(run_id)
+        for sample in todo[start : start + size]:
+            mark = columns.mark()
+            try:
+                columns.add_sample(sample)
+            except Exception as exc:  # noqa: BLE001 - any failure is this one sample's
+                columns.rollback(mark)
+                columns.bad.append(BadSample(str(sample.id), sample.epoch, _one_line(exc)))
+        yield columns
 
 
 def sample_tables(run_id: str, samples: Iterable[EvalSample]) -> tuple[pa.Table, pa.Table]:

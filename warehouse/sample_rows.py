@@ -8,6 +8,8 @@ JSON encodings exist once and the two paths cannot drift apart silently.
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,6 +61,32 @@ MESSAGES_SCHEMA = pa.schema(
 )
 
 
+@dataclass(frozen=True)
+class BadSample:
+    """A sample of a log that could not be read (the other samples of the log still are).
+
+    `stored`: the sample was already in the warehouse (from an earlier copy of the log); its
+    member in this copy is what is damaged.
+    """
+
+    sample_id: str
+    epoch: int
+    reason: str
+    stored: bool = False
+
+    def line(self, path: str) -> str:
+        """One line naming the log, the sample and why."""
+        where = " (stored from an earlier copy; this copy's is damaged)" if self.stored else ""
+        return (
+            f"{path}: sample {self.sample_id} epoch {self.epoch}{where}: unreadable ({self.reason})"
+        )
+
+
+# A lone UTF-16 surrogate (which JSON's \uXXXX escapes and Python's str allow) cannot be
+# encoded as UTF-8, so neither Arrow nor DuckDB can hold it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 class SampleColumns:
     """Column lists for one batch of samples of one run; `tables()` turns them into Arrow.
 
@@ -75,6 +103,9 @@ class SampleColumns:
         self.via_inspect = 0
         # set by a reader that knows this is the log's final batch
         self.last = False
+        # samples of this batch (or, in the first batch, already stored ones) that could not
+        # be read: reported, and the run is not marked complete
+        self.bad: list[BadSample] = []
 
     def __len__(self) -> int:
         return len(self.cols["run_id"])
@@ -94,11 +125,11 @@ class SampleColumns:
             completion=output.completion if output else "",
             error=s.error.message if s.error else None,
             error_traceback=s.error.traceback if s.error else None,
-            output=output.model_dump_json(exclude_none=True) if output else None,
-            metadata=canonical_json(s.metadata or {}),
-            store=canonical_json(s.store or {}),
-            model_usage=canonical_json(
-                {m: u.model_dump(exclude_none=True) for m, u in usage.items()}
+            output=_output_json(output) if output else None,
+            metadata=_json_safe(canonical_json(s.metadata or {})),
+            store=_json_safe(canonical_json(s.store or {})),
+            model_usage=_json_safe(
+                canonical_json({m: u.model_dump(exclude_none=True) for m, u in usage.items()})
             ),
             input_tokens=sum(u.input_tokens for u in usage.values()),
             output_tokens=sum(u.output_tokens for u in usage.values()),
@@ -126,7 +157,7 @@ class SampleColumns:
                 idx=idx,
                 role=m.role,
                 text=m.text,
-                tool_calls=json.dumps(calls) if calls else None,
+                tool_calls=_json_safe(json.dumps(calls)) if calls else None,
                 tool_call_id=getattr(m, "tool_call_id", None),
                 function=getattr(m, "function", None),
                 tool_error=error.message if error else None,
@@ -147,12 +178,25 @@ class SampleColumns:
         for name, value in values.items():
             mcols[name].append(value)
 
+    def mark(self) -> tuple[int, int]:
+        """The current number of sample and message rows (for `rollback`)."""
+        return len(self.cols["run_id"]), len(self.mcols["run_id"])
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Drop whatever was appended since `mark` (a sample that failed half-way)."""
+        for columns, n in ((self.cols, mark[0]), (self.mcols, mark[1])):
+            for values in columns.values():
+                del values[n:]
+
     def tables(self, server: str | None = None) -> tuple[pa.Table, pa.Table]:
         """The samples table and the messages table, in the warehouse's column order.
 
         Args:
             server: what the run talked to ("<model> at <url>"), named in a generation error
                 that Inspect stored as a bare RetryError (warehouse.error_text).
+
+        Text holding a lone surrogate (model output is arbitrary) is stored with U+FFFD in its
+        place: the only part of such a sample that cannot be kept as it is.
         """
         cols = self.cols
         if any(e is not None for e in cols["error"]):
@@ -160,10 +204,49 @@ class SampleColumns:
                 readable_error(e, tb, server)
                 for e, tb in zip(cols["error"], cols["error_traceback"], strict=True)
             ]
-        return (
-            pa.table(self.cols, schema=SAMPLES_SCHEMA),
-            pa.table(self.mcols, schema=MESSAGES_SCHEMA),
+        try:
+            return (
+                pa.table(self.cols, schema=SAMPLES_SCHEMA),
+                pa.table(self.mcols, schema=MESSAGES_SCHEMA),
+            )
+        except UnicodeEncodeError:
+            return (
+                pa.table(_repaired(self.cols), schema=SAMPLES_SCHEMA),
+                pa.table(_repaired(self.mcols), schema=MESSAGES_SCHEMA),
+            )
+
+
+def _repaired(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def fix(value: Any) -> Any:
+        if isinstance(value, str):
+            return _SURROGATE.sub("\ufffd", value)
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        return value
+
+    return {name: [fix(v) for v in values] for name, values in cols.items()}
+
+
+def _output_json(output: Any) -> str:
+    try:
+        return output.model_dump_json(exclude_none=True)
+    except ValueError:  # pydantic's serializer refuses a lone surrogate
+        return _json_safe(
+            json.dumps(output.model_dump(mode="json", exclude_none=True), separators=(",", ":"))
         )
+
+
+# In JSON text: an escaped backslash, a valid surrogate pair, or a lone surrogate escape.
+_ESCAPES = re.compile(
+    r"(\\\\)|(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
+)
+
+
+def _json_safe(text: str) -> str:
+    """JSON text with lone surrogate escapes (which DuckDB's JSON type refuses) as U+FFFD."""
+    if "\\ud" not in text and "\\uD" not in text:
+        return text
+    return _ESCAPES.sub(lambda m: "\\ufffd" if m.group(3) else m.group(0), text)
 
 
 def canonical_json(value: Any) -> str:

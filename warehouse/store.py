@@ -24,11 +24,11 @@ import pyarrow.parquet as pq
 from warehouse import log_stamps
 from warehouse.commands import command
 from warehouse.connection import (
-    DEFAULT_LOCK_TIMEOUT_S,
     WarehouseError,
     WarehouseLocked,
     WarehouseUnusable,
     connect,
+    default_lock_timeout,
     one,
     os_errno_of,
     sql_str,
@@ -57,9 +57,17 @@ class WarehouseMissing(WarehouseError, FileNotFoundError):
     """A read was asked of a database file that does not exist."""
 
 
+# Unreadable samples named per log, one line each; past this many, one line says how many more.
+NAMED_BAD_SAMPLES = 50
+
+
 @dataclass(frozen=True)
 class IngestResult:
-    """What ingesting one log did. `error` is a one-line message when the log was not ingested."""
+    """What ingesting one log did.
+
+    `error` is a one-line message when the log was not ingested, or not completely: then
+    `bad_samples` names each sample that could not be read (the others were stored).
+    """
 
     path: str
     run_id: str | None
@@ -69,6 +77,15 @@ class IngestResult:
     samples_added: int
     samples_total: int
     error: str | None = None
+    bad_samples: tuple[str, ...] = ()
+
+    def problems(self) -> list[str]:
+        """What to tell the user, one line each: the unreadable samples, then `error`."""
+        lines = list(self.bad_samples[:NAMED_BAD_SAMPLES])
+        if len(self.bad_samples) > NAMED_BAD_SAMPLES:
+            more = len(self.bad_samples) - NAMED_BAD_SAMPLES
+            lines.append(f"{self.path}: ... and {more} more unreadable samples")
+        return lines + ([self.error] if self.error else [])
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,7 @@ class _StoredRun:
     state: str | None
     n_samples: int
     stamp: log_stamps.LogStamp | None
+    path: str | None = None
 
 
 class Warehouse:
@@ -88,17 +106,17 @@ class Warehouse:
     Args:
         path: the database file (created on first write).
         lock_timeout_s: how long an open waits for another process's lock before raising
-            `WarehouseLocked`.
+            `WarehouseLocked`; None: env GRADEBOOK_LOCK_TIMEOUT, else 5 s.
     """
 
     def __init__(
         self,
         path: str | Path = DEFAULT_DB,
         *,
-        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        lock_timeout_s: float | None = None,
     ) -> None:
         self.path = Path(path)
-        self.lock_timeout_s = lock_timeout_s
+        self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
         self._schema_ok = False
 
     # -- connections ---------------------------------------------------------------------------
@@ -273,9 +291,9 @@ class Warehouse:
         # a no-op takes no write lock and no transaction; and when the file's stat proves it is
         # the one hashed last time (warehouse.log_stamps), without reading the file again.
         stamp = log_stamps.stamp(path)  # before hashing: it vouches only for what is read after
-        prior = self._stored_run(spec.eval_id)
-        if prior is not None and prior.state != "complete":
-            prior = None  # an interrupted ingest: finish it whatever the file says
+        stored = self._stored_run(spec.eval_id)
+        prior = stored if stored is not None and stored.state == "complete" else None
+        # (not complete: an interrupted or damaged ingest, finished whatever the file says)
         if prior is not None and log_stamps.proves_unchanged(prior.stamp, stamp):
             return result(0, prior.n_samples)
         try:
@@ -296,22 +314,35 @@ class Warehouse:
                     "SELECT sample_id, epoch FROM wh.samples WHERE run_id = ?", [run.run_id]
                 ).fetchall()
             }
-            self._upsert_run(con, run, "partial")
+            if stored is None:
+                # a new run: its row names this file from the start (partial until done)
+                self._upsert_run(con, run, "partial")
+        # A run already stored keeps its row (which file, its state) until this file has been
+        # read without a fault: a damaged copy adds what it can and changes nothing else.
 
         added, total = 0, None
+        bad: list[logs.BadSample] = []
         try:
             batches = logs.iter_sample_columns(
                 path, header, run.run_id, have, batch_size=batch_size, fast=direct_read
             )
             server = logs.server_of(header)
-            for samples, messages, last in prefetch((*c.tables(server), c.last) for c in batches):
+            for samples, messages, last, batch_bad in prefetch(
+                (*c.tables(server), c.last, c.bad) for c in batches
+            ):
+                bad.extend(batch_bad)
+                completes = last and not bad
+                if not samples.num_rows and not completes:
+                    continue  # nothing to write (e.g. a damaged copy of a stored log)
                 with self.write() as con:
                     added += _append_samples(con, samples, messages)
                     # a batch known to be the log's last also completes the run: one
                     # transaction (a connect and a checkpoint) fewer per log
-                    _refresh_run_counts(con, run.run_id, "complete" if last else "partial")
-                    if last:
+                    if completes:
+                        self._upsert_run(con, run, "complete")
                         total = _count_samples(con, run.run_id)
+                    else:
+                        _refresh_run_counts(con, run.run_id)
                 if bar is not None:
                     bar[0].update(bar[1], description=f"ingest {Path(path).name}: {added}")
         except logs.LogReadError as exc:
@@ -319,9 +350,26 @@ class Warehouse:
                 total = _count_samples(con, run.run_id)
             return result(added, total, str(exc))
 
+        if bad:
+            with self.read() as con:
+                total = _count_samples(con, run.run_id)
+            if stored is not None:
+                error = (
+                    f"{path}: {len(bad)} unreadable sample(s); {added} new sample(s) stored, "
+                    f"nothing else changed (the run keeps {stored.path}, {stored.state})"
+                )
+            else:
+                error = (
+                    f"{path}: {len(bad)} unreadable sample(s); {total} stored, the run stays "
+                    "partial: ingest an undamaged copy of the log to complete it"
+                )
+            lines = tuple(b.line(path) for b in bad)
+            return IngestResult(
+                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error, lines
+            )
         if total is None:
             with self.write() as con:
-                _refresh_run_counts(con, run.run_id, "complete")
+                self._upsert_run(con, run, "complete")
                 total = _count_samples(con, run.run_id)
         return result(added, total)
 
@@ -332,15 +380,15 @@ class Warehouse:
             row = one(
                 con.execute(
                     "SELECT log_sha256, log_size, ingest_state, n_samples, log_mtime_ns, "
-                    "log_inode, epoch_us(log_seen_at) FROM wh.runs WHERE run_id = ?",
+                    "log_inode, epoch_us(log_seen_at), log_path FROM wh.runs WHERE run_id = ?",
                     [run_id],
                 )
             )
         if row is None:
             return None
-        sha256, size, state, n_samples, mtime_ns, inode, seen_us = row
+        sha256, size, state, n_samples, mtime_ns, inode, seen_us, log_path = row
         stamp = log_stamps.LogStamp.from_row(size, mtime_ns, inode, seen_us)
-        return _StoredRun(sha256, size, state, n_samples or 0, stamp)
+        return _StoredRun(sha256, size, state, n_samples or 0, stamp, log_path)
 
     def _remember_stamp(self, run_id: str, sha256: str, stamp: log_stamps.LogStamp) -> None:
         """Record that `stamp` vouches for the stored sha256, so the next re-ingest of the file
@@ -830,13 +878,16 @@ def _append_samples(con: duckdb.DuckDBPyConnection, samples: pa.Table, messages:
         con.unregister("_incoming_messages")
 
 
-def _refresh_run_counts(con: duckdb.DuckDBPyConnection, run_id: str, state: str) -> None:
+def _refresh_run_counts(
+    con: duckdb.DuckDBPyConnection, run_id: str, state: str | None = None
+) -> None:
+    """Recount the run's samples; set its ingest state too, unless None (kept)."""
     con.execute(
         """
         UPDATE wh.runs SET
             n_samples = (SELECT count(*) FROM wh.samples WHERE run_id = $1),
             n_errors = (SELECT count(*) FROM wh.samples WHERE run_id = $1 AND error IS NOT NULL),
-            ingest_state = $2,
+            ingest_state = coalesce($2, ingest_state),
             ingested_at = now()
         WHERE run_id = $1
         """,

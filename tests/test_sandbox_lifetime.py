@@ -1,0 +1,115 @@
+"""Sandbox containers never outlive the process that owns them, and the per-test wall-clock
+limit holds inside the container when the host is not there to enforce it.
+
+A real scorer process runs infinite-loop submissions on the real Docker Engine and is then
+SIGKILLed (its containers must end within moments, not at the test's limit), or SIGSTOPped (it
+is alive but enforces nothing: the container must end itself once the limit has passed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from scorers.sandbox import INSIDE_MARGIN_S, LABEL, OWNER_LABEL
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+SCORER = """
+import sys, threading
+from scorers.sandbox import SandboxPool
+pool = SandboxPool(concurrency=2)
+print(pool.containers_owner, flush=True)
+LOOP = "def f(x):\\n    while True:\\n        pass\\n"
+def run():
+    print(pool.run_tests(LOOP, "assert f(1) == 1\\n", entry_point="f",
+                         timeout_s=float(sys.argv[1])).status, flush=True)
+threads = [threading.Thread(target=run) for _ in range(2)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+SUBMISSION_UID = "10002"
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g}s: {what}")
+        time.sleep(0.2)
+
+
+def owned(client, owner: str) -> list:
+    return client.containers.list(
+        all=True, filters={"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]}
+    )
+
+
+def running_submissions(container) -> int:
+    """Processes of the submission uid in the container beyond its zygote: running tests."""
+    try:
+        top = container.top(ps_args="-o pid,uid,pcpu,args")
+    except Exception:  # noqa: BLE001 - the container went away meanwhile
+        return 0
+    uid_col = top["Titles"].index("UID")
+    return max(0, sum(p[uid_col] == SUBMISSION_UID for p in top["Processes"] or []) - 1)
+
+
+@contextmanager
+def scorer(timeout_s: float) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCORER, str(timeout_s)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc, proc.stdout.readline().strip()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def both_tests_running(client, owner: str) -> bool:
+    mine = owned(client, owner)
+    return len(mine) == 2 and all(running_submissions(c) >= 1 for c in mine)
+
+
+def test_a_killed_scorers_containers_end_within_moments(docker_sandbox):
+    import docker
+
+    client = docker.from_env()
+    limit_s = 300.0  # far beyond the wait below: the containers must not wait for it
+    with scorer(limit_s) as (proc, owner):
+        wait_for(lambda: both_tests_running(client, owner), 120, "two infinite loops running")
+        killed_at = time.monotonic()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        wait_for(lambda: not owned(client, owner), 30, "the killed scorer's containers gone")
+        assert time.monotonic() - killed_at < limit_s
+
+
+def test_the_test_limit_holds_inside_the_container_without_its_host(docker_sandbox):
+    import docker
+
+    client = docker.from_env()
+    limit_s = 3.0
+    with scorer(limit_s) as (proc, owner):
+        wait_for(lambda: both_tests_running(client, owner), 120, "two infinite loops running")
+        # alive (its lifeline stays open) but enforcing nothing: the containers end themselves
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            wait_for(
+                lambda: not owned(client, owner),
+                limit_s + INSIDE_MARGIN_S + 30,
+                "containers gone after the in-container limit",
+            )
+            assert proc.poll() is None, "the host process was meant to be alive"
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)

@@ -1,0 +1,53 @@
+"""`gradebook score` reports every log (and sample) it could not read, one line each, exits 2,
+and still scores everything it could read: the good logs, and a damaged log's readable samples."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from warehouse_logs import damage_member, make_log, truncated, variant
+
+from warehouse import Warehouse
+
+GRADEBOOK = [sys.executable, "-m", "flows.cli"]
+
+
+@pytest.mark.slow
+def test_score_names_unreadable_logs_and_samples_and_scores_the_rest(prefect_api, tmp_path):
+    base = make_log(tmp_path / "logs")  # 6 samples x 2 epochs
+    good = base.location
+    damaged = damage_member(
+        variant(base, tmp_path / "d.eval", eval_id="damaged-run"),
+        tmp_path / "corrupt-member.eval",
+        "samples/q2_epoch_1.json",
+    )
+    cut = truncated(variant(base, tmp_path / "t.eval", eval_id="cut-run"), tmp_path / "trunc.eval")
+    db = tmp_path / "g.duckdb"
+
+    proc = subprocess.run(
+        [*GRADEBOOK, "score", good, str(cut), str(damaged), "--db", str(db), "--verifier", "math"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [line for line in proc.stderr.splitlines() if line.strip()], proc.stderr
+    assert errors[0].startswith(f"error: {cut}: unreadable Inspect log (")
+    assert errors[1].startswith(f"error: {damaged}: sample q2 epoch 1: unreadable (")
+    assert errors[2].startswith(f"error: {damaged}: 1 unreadable sample(s); 11 stored")
+    assert len(errors) == 3
+
+    wh = Warehouse(db)
+    with wh.read() as con:
+        runs = con.execute("SELECT run_id, ingest_state, n_samples FROM runs ORDER BY 1").fetchall()
+        scored = con.execute(
+            "SELECT run_id, count(*) FROM scores WHERE scorer = 'math' GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert runs == sorted([(base.eval.eval_id, "complete", 12), ("damaged-run", "partial", 11)])
+    assert scored == sorted([(base.eval.eval_id, 12), ("damaged-run", 11)])
