@@ -537,6 +537,8 @@ def test_cli_ingest_sql_and_export(log, tmp_path):
         f"{view}.parquet"
         for view in (
             "current_scores",
+            "current_verifiers",
+            "fingerprint_changes",
             "fingerprint_order",
             "gates",
             "grade_flips",
