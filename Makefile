@@ -7,7 +7,7 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 UV    := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 
-.PHONY: install demo test lint format services clean
+.PHONY: install demo test lint format services docs docs-check clean
 
 $(UV):
 	python3 -m venv .tools && .tools/bin/pip install -q uv
@@ -45,5 +45,16 @@ services: install
 test: lint services
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The documentation site (mkdocs.yml): the CLI reference regenerated from the real --help, then
+# an offline build in strict mode (a broken link or anchor fails it) into site/.
+docs: install
+	$(BIN)/python docs/gen_cli.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# What CI runs: a stale CLI reference fails instead of being rewritten.
+docs-check: install
+	$(BIN)/python docs/gen_cli.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .tools .pytest_cache .ruff_cache
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache site
