@@ -129,10 +129,18 @@ def _module_closure(root: str) -> dict[str, Path]:
         top_path = Path(top_file).resolve()
         roots.add(top_path.parent.parent if top_path.name == "__init__.py" else top_path.parent)
     found: dict[str, Path] = {}
+    tops: dict[str, bool] = {}
     todo = [root]
     while todo:
         name = todo.pop()
         if name in found:
+            continue
+        top = name.split(".")[0]
+        if top not in tops:
+            tops[top] = _top_is_project(top, roots)
+        if not tops[top] or _attribute_of_module(name):
+            # not a project module; and finding its spec would import its parent (inspect_ai,
+            # or a module that imports it: 3 s)
             continue
         path = _module_file(name)
         if path is None or not _is_project(path, roots):
@@ -150,6 +158,31 @@ def _module_file(name: str) -> Path | None:
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
     return Path(spec.origin).resolve()
+
+
+def _attribute_of_module(name: str) -> bool:
+    """`pkg.mod.attr` from `from pkg.mod import attr`: a module (not a package) has no
+    submodules, so `attr` is no module of its own."""
+    parent = name.rpartition(".")[0]
+    if not parent:
+        return False
+    path = _module_file(parent)
+    return path is not None and path.name != "__init__.py"
+
+
+def _top_is_project(top: str, roots: set[Path]) -> bool:
+    """Whether a top-level module or package (namespace packages too) lives in the project."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if spec.origin and spec.origin.endswith(".py"):
+        return _is_project(Path(spec.origin).resolve(), roots)
+    return any(
+        _is_project(Path(loc).resolve(), roots) for loc in spec.submodule_search_locations or []
+    )
 
 
 def _is_project(path: Path, roots: set[Path]) -> bool:
