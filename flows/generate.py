@@ -18,6 +18,7 @@ from prefect import flow, task
 from flows.config import ModelConfig, SweepConfig, TaskConfig, load_config
 from flows.console import one_line, verbose
 from flows.progress import generation_progress, quiet_hook_banner
+from flows.run_owner import record_owner
 from flows.task_specs import check_tasks, load_task
 
 __all__ = ["GenerationResult", "generate_flow", "generate_for_model"]
@@ -144,7 +145,7 @@ def generate_for_model(
     return run_generation(model_cfg, tasks, log_dir, sweep=sweep)
 
 
-@flow(name="generate", log_prints=False)
+@flow(name="generate", log_prints=False, on_running=[record_owner])
 def generate_flow(config: SweepConfig | str) -> list[GenerationResult]:
     """Generate (never score) every (model, task) of a sweep config into its log dir.
 

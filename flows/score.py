@@ -34,6 +34,7 @@ from prefect.cache_policies import NONE as NO_CACHE
 
 from flows.console import progress_bar
 from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
+from flows.run_owner import record_owner
 from scorers.registry import Verifier, get_verifier
 from warehouse.schema import RetryScope
 
@@ -623,7 +624,7 @@ def ingest_task(
     return ingest_and_plan(warehouse_path, logs, verifiers)
 
 
-@flow(name="score", log_prints=False)
+@flow(name="score", log_prints=False, on_running=[record_owner])
 def score_flow(
     logs: list[str],
     warehouse: str = "gradebook.duckdb",

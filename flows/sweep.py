@@ -17,6 +17,7 @@ from prefect import flow
 from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, generate_models
+from flows.run_owner import record_owner
 from flows.score import (
     GradingPool,
     RunScore,
@@ -241,7 +242,7 @@ def _dicts(cursor: Any) -> list[dict[str, Any]]:
     return [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
 
 
-@flow(name="sweep", log_prints=False)
+@flow(name="sweep", log_prints=False, on_running=[record_owner])
 def sweep_flow(
     config: SweepConfig | str,
     workers: int | None = None,
