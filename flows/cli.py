@@ -8,6 +8,7 @@ from flows.cli_cluster import cluster_app
 from flows.cli_gate import register as register_gate_commands
 from flows.cli_pipeline import register as register_pipeline_commands
 from flows.cli_sandbox import sandbox_app
+from flows.cli_server import server_app
 from flows.cli_warehouse import register as register_warehouse_commands
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ register_gate_commands(app)
 register_pipeline_commands(app)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(server_app, name="server")
 
 
 def main() -> None:

@@ -66,7 +66,7 @@ def serve_configs(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> None
     from flows.session import prefect_session
 
     try:
-        with prefect_session(ui=True) as api_url:
+        with prefect_session() as api_url:
             deployments = build_deployments(cfgs, watch_every=watch_every)
             console.print(f"[bold]gradebook serve[/bold]: Prefect API {api_url}")
             for cfg in cfgs:
