@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import pickle
 import queue
 import signal
@@ -153,10 +154,20 @@ def failed_rows(n: int, why: str, exc: BaseException | None = None) -> list[Resu
 
 
 def _worker_main(fd: int, broker_fd: int | None = None) -> None:
-    """A grading worker's loop: preload, then grade chunks until the channel closes."""
+    """A grading worker's loop: preload, then grade chunks until the channel closes.
+
+    The channel closing -- the stage is done, or its process died (SIGKILL included) -- ends
+    the worker at once, even mid-chunk: nobody is left to want the results. Ctrl-C is the
+    stage's business: it closes the channel.
+    """
     conn = Connection(fd)
     sys_path, preload = conn.recv()
     sys.path[:] = sys_path
+    # Jobs are read by a thread into a queue, so the parent can hand over the next chunk while
+    # this one is graded (no idle gap between chunks) without either side blocking on a full
+    # socket. Grading stays on the main thread: the per-sample limit is a SIGALRM.
+    jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
+    threading.Thread(target=_read_jobs, args=(conn, jobs), daemon=True).start()
     if broker_fd is not None:
         # before any verifier import: their pools then fork from the stage's shared zygotes
         from scorers.zygote import use_broker
@@ -173,11 +184,6 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
         warm_up = getattr(module, "warm_up", None)
         if callable(warm_up):
             threading.Thread(target=_quietly, args=(warm_up,), daemon=True).start()
-    # Jobs are read by a thread into a queue, so the parent can hand over the next chunk while
-    # this one is graded (no idle gap between chunks) without either side blocking on a full
-    # socket. Grading stays on the main thread: the per-sample limit is a SIGALRM.
-    jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
-    threading.Thread(target=_read_jobs, args=(conn, jobs), daemon=True).start()
     while (item := jobs.get()) is not None:
         job, payload = item
         try:
@@ -196,7 +202,7 @@ def _read_jobs(conn: Connection, jobs: queue.SimpleQueue) -> None:
         while True:
             jobs.put(conn.recv())
     except (EOFError, OSError):
-        jobs.put(None)
+        os._exit(0)  # the parent closed the channel or is gone: stop now, mid-chunk or not
 
 
 def _quietly(fn: Callable[[], object]) -> None:
@@ -257,7 +263,10 @@ class _Worker:
         ours, theirs = socket.socketpair()
         to_broker = broker.channel()
         fds = (theirs.fileno(), to_broker.fileno())
+        # SIGINT ignored from the first statement: a Ctrl-C reaches the whole terminal process
+        # group, and it is the stage's to handle (it closes the channel, which ends the worker)
         code = (
+            "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
             f"import sys; sys.path.insert(0, {_ROOT!r}); "
             f"from flows.grading_pool import _worker_main; _worker_main(*{fds})"
         )

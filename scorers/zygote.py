@@ -96,7 +96,10 @@ class Zygote:
         """Start the zygote and (unless `wait` is False: then call `wait_ready()`) wait until
         it has imported `preload`."""
         ours, theirs = socket.socketpair()
-        code = f"import sys; sys.path.insert(0, {_ROOT!r}); import scorers.zygote as z; " \
+        # SIGINT ignored from the first statement: a Ctrl-C reaches the whole terminal process
+        # group, and it is the owner's to handle (closing the channel ends the zygote)
+        code = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); " \
+            f"import sys; sys.path.insert(0, {_ROOT!r}); import scorers.zygote as z; " \
             f"z.zygote_main({theirs.fileno()})"  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
