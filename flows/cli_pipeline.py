@@ -68,6 +68,16 @@ def _run_flow(
         raise _fail("interrupted", 130) from None
 
 
+def _no_op(check: Callable[[], T]) -> T | None:
+    """Run a warehouse-only check; a warehouse it cannot read is reported as the flow would."""
+    from warehouse import SchemaTooNew, WarehouseLocked, WarehouseMissing
+
+    try:
+        return check()
+    except (WarehouseLocked, WarehouseMissing, SchemaTooNew) as exc:
+        raise _fail(str(exc)) from None
+
+
 def _load(config: Path, *, tasks: bool = False) -> Any:
     """Load a sweep config; with `tasks`, also load each task once (before Prefect starts)."""
     from flows.config import ConfigError, load_config
@@ -197,7 +207,7 @@ def score(
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
-    from flows.score import score_flow
+    from flows.nothing_to_do import nothing_to_score
     from scorers.registry import all_verifiers
 
     missing = [str(p) for p in logs if not p.exists()]
@@ -206,6 +216,15 @@ def score(
     unknown = sorted(set(verifier or []) - set(all_verifiers()))
     if unknown:
         raise _fail(f"unknown verifier(s) {unknown}; see `gradebook verifiers`")
+    # decided from the warehouse before Prefect or Inspect are loaded: a no-op costs ~ `sql`
+    noop = None
+    if scored_logs is None:
+        noop = _no_op(lambda: nothing_to_score(logs, db, verifier, retry_unscored=retry_unscored))
+    if noop is not None:
+        console.print(noop, soft_wrap=True)
+        return
+    from flows.score import score_flow
+
     try:
         summaries = _run_flow(
             verbose,
@@ -240,13 +259,15 @@ def rescore(
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
-    from flows.rescore import MAX_FLIPS_SHOWN, plan_rescore, rescore_flow
+    from flows.rescore_plan import plan_rescore
 
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
-    if dry_run:
-        plans = plan_rescore(db, scorer, retry_unscored=retry_unscored)
-    else:
+    # planned from the warehouse first: with nothing to do, no flow run (and no Prefect) at all
+    plans = _no_op(lambda: plan_rescore(db, scorer, retry_unscored=retry_unscored)) or []
+    if not dry_run and any(p.changed for p in plans):
+        from flows.rescore import rescore_flow
+
         plans = _run_flow(
             verbose,
             lambda: rescore_flow(str(db), scorer, workers=workers, retry_unscored=retry_unscored),
@@ -259,6 +280,8 @@ def rescore(
         table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
                       str(p.retries), flips)  # fmt: skip
     console.print(table)
+    from flows.rescore_plan import MAX_FLIPS_SHOWN
+
     for p in plans:
         for f in p.flips[:MAX_FLIPS_SHOWN]:
             console.print(

@@ -148,10 +148,10 @@ def run_gates(
 ) -> dict[str, Any]:
     """The gate step: evaluate and record each run's gate under the current fingerprints.
 
-    Delegates to the gate stage (`flows.gate.run_gates`, a Prefect task that also publishes a
+    Delegates to the gate stage (`flows.gate_stage.run_gates`, a Prefect task that also publishes a
     markdown artifact) with the config's `[gates]` rules; returns run_id -> GateResult.
     """
-    from flows.gate import run_gates as gate_stage
+    from flows.gate_stage import run_gates as gate_stage
 
     results = gate_stage(
         str(cfg.warehouse), run_ids, rules=cfg.gates, sweep=cfg.name, fingerprints=fingerprints
