@@ -52,20 +52,25 @@ def _run_flow(
     """Run `fn` (which calls flows) against a Prefect API; map known failures to exit 2.
 
     `meanwhile` runs while a local Prefect server boots (checks that would otherwise wait).
+    SIGINT and SIGTERM stop the command (flows.interrupts): exit 130 or 143.
     """
     from flows.config import ConfigError
+    from flows.interrupts import exit_code, stop_on_signals, stop_signal
     from flows.server import PrefectServerError
     from flows.session import PrefectUnavailable, prefect_session
     from warehouse import WarehouseLocked
 
     quiet_prefect(verbose)
     try:
-        with prefect_session(meanwhile=meanwhile):
+        with stop_on_signals(), prefect_session(meanwhile=meanwhile):
             return fn()
     except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseLocked) as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
-        raise _fail("interrupted", 130) from None
+        stopped = stop_signal()
+        if stopped is None:
+            raise _fail("interrupted", 130) from None
+        raise typer.Exit(exit_code(stopped)) from None  # the handler said so, in one line
 
 
 def _no_op(check: Callable[[], T]) -> T | None:
@@ -107,7 +112,7 @@ def _pct(x: float | None) -> str:
 def summary_table(result: Any) -> Table:
     """The end-of-sweep table: one row per (model, task, scorer) under current fingerprints."""
     table = Table(title=f"sweep {result.name}", title_justify="left", pad_edge=False)
-    for col in ("model", "task", "scorer"):
+    for col in ("model", "task", "scorer", "state"):
         table.add_column(col, overflow="fold")
     for col in ("n", "err", "scored", "unscored", "acc", "strict"):
         table.add_column(col, justify="right")
@@ -123,6 +128,7 @@ def summary_table(result: Any) -> Table:
             r.model,
             r.task,
             r.scorer or "–",
+            r.state if r.state == "done" else f"[yellow]{r.state}[/yellow]",
             str(r.samples),
             str(r.errored),
             str(r.scored),
@@ -156,18 +162,36 @@ def sweep(
     no_gate: Annotated[bool, typer.Option("--no-gate", help="Skip the gate step.")] = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary."""
-    from flows.sweep import sweep_flow
+    """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary.
+
+    SIGINT or SIGTERM stops the whole sweep: the eval in flight is cancelled, what was written
+    (cancelled logs too) is ingested, the summary shows every pair; exit 130 or 143. A second
+    signal exits at once.
+    """
+    from flows.sweep import run_sweep
 
     cfg = _load(config)
     result = _run_flow(
         verbose,
-        lambda: sweep_flow(cfg, workers=workers, gate=not no_gate),
+        lambda: run_sweep(cfg, workers=workers, gate=not no_gate),
         meanwhile=lambda: _check_tasks(cfg),
     )
     console.print(summary_table(result))
     print_gate_problems(result)
+    if result.stopped is not None:
+        _print_stopped(result)
     raise typer.Exit(result.exit_code)
+
+
+def _print_stopped(result: Any) -> None:
+    from flows.interrupts import signal_name
+
+    logs = [g.log for g in result.generations if g.log]
+    console.print(
+        f"sweep stopped by {signal_name(result.stopped)}: the logs written are in the warehouse"
+        + (", not all scored or gated" if logs else ""),
+        soft_wrap=True,
+    )
 
 
 def generate(
@@ -184,8 +208,12 @@ def generate(
         table.add_column(col)
     for g in results:
         table.add_row(g.model, g.task, str(g.samples), str(g.errored), g.status,
-                      g.log or f"[red]{g.error}[/red]")  # fmt: skip
+                      g.log or f"[red]{g.error or '–'}[/red]")  # fmt: skip
     console.print(table)
+    from flows.interrupts import exit_code, stop_signal
+
+    if stop_signal() is not None:
+        raise typer.Exit(exit_code(stop_signal()))
     raise typer.Exit(2 if any(g.log is None for g in results) else 0)
 
 
@@ -344,11 +372,11 @@ def serve(
     # every config and its tasks before the server starts: a bad spec would otherwise fail
     # only at its scheduled run, hours later, with nothing said at registration
     cfgs = [_load(c, tasks=True) for c in configs]
-    quiet_prefect(verbose)
     try:
-        serve_configs(cfgs, watch_every=watch_every)
+        code = serve_configs(cfgs, watch_every=watch_every, verbose=verbose)
     except RuntimeError as exc:
         raise _fail(str(exc)) from None
+    raise typer.Exit(code)
 
 
 def demo(
