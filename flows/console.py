@@ -43,10 +43,14 @@ for _c in (console, err_console):
 _VERBOSE = False
 
 # Must be in the environment before prefect is first imported: its settings are read then.
+# Inherited by the processes a command starts, e.g. `gradebook serve`'s flow runs: Prefect's
+# console lines stay out of the terminal as in the command itself (a cancelled run's task runs
+# each log a crash), while the API handler still ships every line to the UI; -v shows them.
 _QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",
     "PREFECT_LOGGING_LOG_PRINTS": "false",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "CRITICAL",
 }
 
 
