@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
 
 from flows.config import ModelConfig, SweepConfig, TaskConfig, load_config
 from flows.console import one_line, verbose
@@ -194,7 +195,9 @@ def _result(model: str, task_label: str, log: Any) -> GenerationResult:
     )
 
 
-@task(name="generate-model", task_run_name="generate {model_cfg.label}")
+# no cache policy: a generation is never to be served from a cache, and computing the key
+# (the task's source, its inputs including the model's scripted outputs) costs every sweep
+@task(name="generate-model", task_run_name="generate {model_cfg.label}", cache_policy=NO_CACHE)
 def generate_for_model(
     model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path, sweep: str | None = None
 ) -> list[GenerationResult]:

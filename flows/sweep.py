@@ -95,7 +95,7 @@ class SweepResult:
 
 
 def _generate_and_score(
-    cfg: SweepConfig, workers: int | None, progress: bool
+    cfg: SweepConfig, workers: int | None, progress: bool, expected: int
 ) -> tuple[list[GenerationResult], dict[str, list[str]], list[RunScore]]:
     """The embedded stages: generate, ingest, score (and the retry pass), in this process.
 
@@ -107,8 +107,10 @@ def _generate_and_score(
     loaded = note_loaded(names)
     opts = ScoreOptions(workers=workers, progress=progress)
     # The scoring workers start and the verifiers' helpers (math: sympy, ~2 s of CPU) boot
-    # while the models generate, so scoring starts warm.
-    pool = start_early(names, opts)
+    # while the models generate, so scoring starts warm -- when there is more than a chunk or
+    # two (`expected` samples) to score: a small sweep grades in this process, and booting
+    # them would only take CPU from the generation.
+    pool = start_early(names, opts) if expected > 2 * opts.chunk_size else scoring_pool(opts)
     scores: list[RunScore] = []
     try:
         generations = generate_models(cfg)
@@ -296,7 +298,8 @@ def sweep_flow(
     pools (`flows.dispatch`); without one everything runs in this process.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
-    check_tasks(cfg)  # a task that cannot load is bad input: stop before any model is called
+    # a task that cannot load is bad input: stop before any model is called
+    expected = check_tasks(cfg)
     dispatch = None
     # SIGINT/SIGTERM stop the sweep in order (inside the flow run: Prefect's engine installs
     # its own SIGTERM handler, which Inspect would take for a sample error)
@@ -306,7 +309,7 @@ def sweep_flow(
 
             generations, plan, scores, dispatch = run_cluster_stages(cfg, progress=progress)
         else:
-            generations, plan, scores = _generate_and_score(cfg, workers, progress)
+            generations, plan, scores = _generate_and_score(cfg, workers, progress, expected)
         stopped = stop_signal()
         names = sorted({n for t in cfg.tasks for n in t.verifiers})
         fingerprints = current_fingerprints(names)
