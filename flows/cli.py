@@ -28,7 +28,42 @@ app.add_typer(server_app, name="server")
 
 
 def main() -> None:
-    app()
+    try:
+        app()  # in standalone mode it always ends with SystemExit
+    except SystemExit as exc:
+        _exit(exc.code)
+        raise
+
+
+def _exit(code: object) -> None:
+    """End the process without tearing every module down, where nothing is lost by that.
+
+    With Prefect and Inspect loaded, the interpreter's shutdown (clearing thousands of modules
+    and objects) costs ~0.7 s of CPU that no command needs. The atexit handlers still run
+    (Prefect ships its last run logs and events there) and the streams are flushed; with a
+    non-daemon thread still alive, which a normal exit would wait for, it returns and the
+    caller exits normally.
+    """
+    import atexit
+    import os
+    import sys
+    import threading
+
+    if not isinstance(code, int | type(None)):
+        return  # a message for Python to print
+    atexit._run_exitfuncs()
+    if any(
+        t.is_alive() and not t.daemon
+        for t in threading.enumerate()
+        if t is not threading.current_thread()
+    ):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code or 0)
 
 
 if __name__ == "__main__":
