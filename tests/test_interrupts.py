@@ -268,7 +268,7 @@ def local_home(tmp_path_factory):
 def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_its_run(
     local_home, tmp_path, slow_stage, sig
 ):
-    from flows.background_server import find_server
+    import json
 
     log, db = slow_stage
     tmp = tmp_path / "tmpdir"
@@ -276,38 +276,46 @@ def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_i
     env = cli_env(
         tmp_path,
         GRADEBOOK_PREFECT_HOME=str(local_home),
+        PREFECT_HOME=str(local_home),  # where any Prefect server the command starts lives
         GRADEBOOK_PREFECT_PORT="0",
         TMPDIR=str(tmp),
     )
     args = ("score", str(log), "--db", str(db), "--workers", "2")
     proc = start_gradebook(*args, env=env, preload=("slow_v",))
+    server_pid = None
     try:
         wait_for(lambda: _scores(db, "slow_v")[0] > 0, 240, "the first scores to be written")
         proc.send_signal(sig)
         proc.communicate(timeout=60)
+        assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
+        # the shared server stays, by design (its pid is in the home's record); nothing else
+        record = local_home / "gradebook-server.json"
+        server_pid = json.loads(record.read_text())["pid"] if record.exists() else None
+        wait_for(
+            lambda: set(marked(env[MARK])) <= {server_pid},
+            10,
+            "every process the command started (workers, zygotes, servers) to exit",
+        )
+        assert server_pid is not None
+        assert [p.name for p in tmp.iterdir()] == []
+
+        again = gradebook(*args, env=env, preload=("slow_v",))
+
+        assert again.returncode == 0, again.stderr
+        assert _scores(db, "slow_v") == (1000, 1000)
+        # the killed run is not left Running: Prefect's SIGTERM handling crashes it itself;
+        # after a SIGKILL the next command (the re-run) finds its process gone and marks it
+        api_url = f"http://127.0.0.1:{json.loads(record.read_text())['port']}/api"
+        rerun, killed = _score_runs(api_url)
+        assert (rerun.state_type.value, killed.state_type.value) == ("COMPLETED", "CRASHED")
+        if sig == signal.SIGKILL:
+            assert f"its process ({proc.pid} on" in killed.state.message
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
-    server = find_server(local_home)
-    assert server is not None  # the shared server stays, by design; nothing else may
-    wait_for(
-        lambda: set(marked(env[MARK])) <= {server.pid},
-        10,
-        "every process the command started (workers, zygotes) to exit",
-    )
-    assert [p.name for p in tmp.iterdir()] == []
-
-    again = gradebook(*args, env=env, preload=("slow_v",))
-
-    assert again.returncode == 0, again.stderr
-    assert _scores(db, "slow_v") == (1000, 1000)
-    # the killed run is not left Running: Prefect's SIGTERM handling crashes it itself; after a
-    # SIGKILL the next command (the re-run) finds its process gone and marks it
-    rerun, killed = _score_runs(server.api_url)
-    assert (rerun.state_type.value, killed.state_type.value) == ("COMPLETED", "CRASHED")
-    if sig == signal.SIGKILL:
-        assert f"its process ({proc.pid} on" in killed.state.message
+        for pid in marked(env[MARK]):  # whatever a failing command left, but the shared server
+            if pid != server_pid:
+                os.kill(pid, signal.SIGKILL)
 
 
 def _score_runs(api_url: str) -> list:
