@@ -41,16 +41,16 @@ def _exit(code: object) -> None:
     With Prefect and Inspect loaded, the interpreter's shutdown (clearing thousands of modules
     and objects) costs ~0.7 s of CPU that no command needs. The atexit handlers still run
     (Prefect ships its last run logs and events there) and the streams are flushed; with a
-    non-daemon thread still alive, which a normal exit would wait for, it returns and the
-    caller exits normally.
+    non-daemon thread still alive, which a normal exit would wait for (or a profiler or debugger
+    attached), it returns and the caller exits normally.
     """
     import atexit
     import os
     import sys
     import threading
 
-    if not isinstance(code, int | type(None)):
-        return  # a message for Python to print
+    if not isinstance(code, int | type(None)) or sys.getprofile() or sys.gettrace():
+        return  # a message for Python to print; a profiler or debugger that reports at exit
     atexit._run_exitfuncs()
     if any(
         t.is_alive() and not t.daemon

@@ -168,6 +168,7 @@ def sweep(
     (cancelled logs too) is ingested, the summary shows every pair; exit 130 or 143. A second
     signal exits at once.
     """
+    quiet_prefect(verbose)  # before Prefect is imported: its logging is set up then
     from flows.sweep import run_sweep
 
     cfg = _load(config)
@@ -199,6 +200,7 @@ def generate(
     verbose: VerboseOption = False,
 ) -> None:
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
+    quiet_prefect(verbose)
     from flows.generate import generate_flow
 
     cfg = _load(config)
@@ -251,6 +253,7 @@ def score(
     if noop is not None:
         console.print(noop, soft_wrap=True)
         return
+    quiet_prefect(verbose)
     from flows.score import score_flow
 
     try:
@@ -294,6 +297,7 @@ def rescore(
     # planned from the warehouse first: with nothing to do, no flow run (and no Prefect) at all
     plans = _no_op(lambda: plan_rescore(db, scorer, retry_unscored=retry_unscored)) or []
     if not dry_run and any(p.changed for p in plans):
+        quiet_prefect(verbose)
         from flows.rescore import rescore_flow
 
         plans = _run_flow(
@@ -386,6 +390,7 @@ def demo(
     verbose: VerboseOption = False,
 ) -> None:
     """End to end offline: two model versions, math + HumanEval, a warehouse, a gate."""
+    quiet_prefect(verbose)
     from flows.demo import run_demo
 
     code = _run_flow(verbose, lambda: run_demo(directory))

@@ -254,12 +254,12 @@ def test_ctrl_c_on_score_is_one_line_and_a_rerun_scores_every_sample_once(
 def local_home(tmp_path_factory):
     """A Prefect home for commands run without PREFECT_API_URL; its server is stopped at the
     end."""
-    from flows.background_server import stop_server
-
     home = tmp_path_factory.mktemp("kill-home")
     try:
         yield home
     finally:
+        from flows.background_server import stop_server
+
         stop_server(home)
 
 
