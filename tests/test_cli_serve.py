@@ -205,3 +205,32 @@ def test_watcher_runs_of_one_warehouse_never_overlap(prefect_api, tmp_path):
             "GROUP BY fingerprint ORDER BY min(scored_at)"
         ).fetchall()
     assert per_print == [(n, n), (n, n)]
+
+
+@pytest.mark.slow
+def test_serve_killed_with_sigkill_leaves_no_process_and_no_run_running(prefect_api, tmp_path):
+    # kill -9 of serve itself: its runner gets SIGTERM from the kernel (a parent-death
+    # signal) and stops as on Ctrl-C; the flow run in flight dies with the runner
+    from cli_kit import MARK, cli_env, marked, start_gradebook, wait_for
+
+    n = 300
+    cfg, db, deployment = _watch_setup(tmp_path, prefect_api, n=n, delay_s=0.1)
+    env = cli_env(tmp_path, api_url=prefect_api)
+    proc = start_gradebook("serve", str(cfg), "--watch-every", "5", env=env, cwd=tmp_path)
+    try:
+        wait_for(lambda: _rows(db) > n, 300, "the watcher's re-score to be writing scores")
+        (run,) = [r for r in _watcher_runs(deployment) if r.state_type.value == "RUNNING"]
+        proc.kill()
+        proc.communicate(timeout=30)
+        wait_for(lambda: marked(env[MARK]) == [], 30, "every process serve started to exit")
+    finally:
+        for pid in marked(env[MARK]):
+            os.kill(pid, signal.SIGKILL)
+
+    def settled() -> str | None:
+        (now,) = [r for r in _watcher_runs(deployment) if r.id == run.id]
+        state = now.state_type.value
+        return None if state in ("RUNNING", "PENDING", "CANCELLING") else state
+
+    state = wait_for(settled, 30, "the killed run to be settled")
+    assert state in ("CANCELLED", "CRASHED")
