@@ -17,9 +17,9 @@ Ctrl-C in the terminal therefore reaches only the supervisor, which stops the ru
 Prefect stops one (SIGTERM: it cancels the runs in flight, which end Cancelled), waits at most
 STOP_GRACE_S, kills whatever is left of that session, marks Cancelled any run whose process it
 had to kill, and exits: one line each way, no traceback. A second Ctrl-C kills the session and
-exits at once. The runner gets SIGTERM when the supervisor dies, and each flow run when the
-runner dies (flows.run_owner), so even a SIGKILL leaves nothing working on; the run it leaves
-Running is marked Crashed by the next gradebook command.
+exits at once. The runner stops in order when the supervisor dies (a parent-death signal), and
+each flow run dies with the runner (flows.run_owner), so even a SIGKILL leaves nothing working
+on; a run left Running is marked Crashed by the next gradebook command.
 """
 
 from __future__ import annotations
@@ -118,7 +118,9 @@ def serve_configs(
             env={**os.environ, "TMPDIR": tmp, "PREFECT_API_URL": api_url},
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=parent_death_preexec(signal.SIGTERM),
+            # SIGUSR1, not SIGTERM: the kernel may send it once per thread of a dead parent, and
+            # a second SIGTERM makes Prefect's runner exit mid-shutdown (serve_runner.py)
+            preexec_fn=parent_death_preexec(signal.SIGUSR1),
         )
         try:
             return _supervise(runner)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+from types import FrameType
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     # SIGINT is the supervisor's to handle (it sends SIGTERM); ignored here, and so in the flow
     # runs, which inherit it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, _supervisor_gone)
 
     from flows.console import quiet_prefect
 
@@ -38,6 +40,14 @@ def main(argv: list[str] | None = None) -> None:
     os.environ[RUNNER_PID_ENV] = str(os.getpid())  # the flow runs die with this process
     cfgs = [load_config(path) for path in args.configs]
     serve(*build_deployments(cfgs, watch_every=args.watch_every), print_starting_message=False)
+
+
+def _supervisor_gone(signum: int, frame: FrameType | None) -> None:
+    # The parent-death signal `gradebook serve` asked for: it may come once per thread of the
+    # dead supervisor, so act on the first only, with the one SIGTERM Prefect's runner stops on
+    # in order (it cancels the runs in flight); a second SIGTERM would make it exit half-way.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ terminal, `timeout` or `kill -9` would."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import textwrap
@@ -106,18 +107,18 @@ class _Lines:
         return "\n".join(self.lines)
 
 
-def _sweep_run_state(api_url: str) -> str:
+def _sweep_run_state(api_url: str, where: Path) -> str:
+    """State of the sweep flow run this test started: the one whose parameters name its directory
+    (the session's server also holds other tests' sweep runs, scheduled ones among them)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-    from prefect.client.schemas.sorting import FlowRunSort
 
     with get_client(sync_client=True) as c:
-        (run, *_) = c.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=["sweep"])),
-            sort=FlowRunSort.START_TIME_DESC,
-            limit=1,
+        runs = c.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["sweep"])), limit=200
         )
-    return run.state_type.value
+    (state,) = {r.state_type.value for r in runs if str(where) in json.dumps(r.parameters)}
+    return state
 
 
 @pytest.mark.slow
@@ -160,7 +161,7 @@ def test_a_signal_stops_the_whole_sweep_and_keeps_what_was_generated(prefect_api
     with Warehouse(tmp_path / "w.duckdb").read() as con:
         ((status, n),) = con.execute("SELECT status, n_samples FROM runs").fetchall()
     assert status == "cancelled" and n >= 3
-    assert _sweep_run_state(prefect_api) == "CANCELLED"
+    assert _sweep_run_state(prefect_api, tmp_path) == "CANCELLED"
     assert marked(env[MARK]) == []
 
 
