@@ -289,6 +289,9 @@ def main() -> None:
                 True,
             )  # fmt: skip
         )
+    from flows.background_server import stop_server
+
+    stop_server()  # the shared local server this script's commands started in its home
     emit(f"scoring stage ({n:,} samples, {args.workers} workers)", rows, args.json)
 
 

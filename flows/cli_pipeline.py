@@ -67,9 +67,11 @@ def _run_flow(
 
     `meanwhile` runs while a local Prefect server boots (checks that would otherwise wait).
     `lock_timeout`: the warehouse lock timeout for every open the flows make.
+    SIGINT and SIGTERM stop the command (flows.interrupts): exit 130 or 143.
     """
     from flows.config import ConfigError
     from flows.envvars import environ_set
+    from flows.interrupts import exit_code, stop_on_signals, stop_signal
     from flows.server import PrefectServerError
     from flows.session import PrefectUnavailable, prefect_session
     from warehouse import WarehouseError
@@ -78,12 +80,25 @@ def _run_flow(
     quiet_prefect(verbose)
     env = {LOCK_TIMEOUT_ENV: str(lock_timeout)} if lock_timeout is not None else {}
     try:
-        with environ_set(env), prefect_session(meanwhile=meanwhile):
+        with environ_set(env), stop_on_signals(), prefect_session(meanwhile=meanwhile):
             return fn()
     except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseError) as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
-        raise _fail("interrupted", 130) from None
+        stopped = stop_signal()
+        if stopped is None:
+            raise _fail("interrupted", 130) from None
+        raise typer.Exit(exit_code(stopped)) from None  # the handler said so, in one line
+
+
+def _no_op(check: Callable[[], T]) -> T | None:
+    """Run a warehouse-only check; a warehouse it cannot read is reported as the flow would."""
+    from warehouse import SchemaTooNew, WarehouseLocked, WarehouseMissing
+
+    try:
+        return check()
+    except (WarehouseLocked, WarehouseMissing, SchemaTooNew) as exc:
+        raise _fail(str(exc)) from None
 
 
 def _load(config: Path, *, tasks: bool = False, generates: bool = False) -> Any:
@@ -134,7 +149,7 @@ def _pct(x: float | None) -> str:
 def summary_table(result: Any) -> Table:
     """The end-of-sweep table: one row per (model, task, scorer) under current fingerprints."""
     table = Table(title=f"sweep {result.name}", title_justify="left", pad_edge=False)
-    for col in ("model", "task", "scorer"):
+    for col in ("model", "task", "scorer", "state"):
         table.add_column(col, overflow="fold")
     for col in ("n", "err", "scored", "unscored", "acc", "strict"):
         table.add_column(col, justify="right")
@@ -150,6 +165,7 @@ def summary_table(result: Any) -> Table:
             r.model,
             r.task,
             r.scorer or "–",
+            r.state if r.state == "done" else f"[yellow]{r.state}[/yellow]",
             str(r.samples),
             str(r.errored),
             str(r.scored),
@@ -213,18 +229,37 @@ def sweep(
     no_gate: Annotated[bool, typer.Option("--no-gate", help="Skip the gate step.")] = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary."""
-    from flows.sweep import sweep_flow
+    """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary.
+
+    SIGINT or SIGTERM stops the whole sweep: the eval in flight is cancelled, what was written
+    (cancelled logs too) is ingested, the summary shows every pair; exit 130 or 143. A second
+    signal exits at once.
+    """
+    quiet_prefect(verbose)  # before Prefect is imported: its logging is set up then
+    from flows.sweep import run_sweep
 
     cfg = _load(config, generates=True)
     result = _run_flow(
         verbose,
-        lambda: sweep_flow(cfg, workers=workers, gate=not no_gate),
+        lambda: run_sweep(cfg, workers=workers, gate=not no_gate),
         meanwhile=lambda: _check_tasks(cfg),
     )
     console.print(summary_table(result))
     print_gate_problems(result)
+    if result.stopped is not None:
+        _print_stopped(result)
     raise typer.Exit(result.exit_code)
+
+
+def _print_stopped(result: Any) -> None:
+    from flows.interrupts import signal_name
+
+    logs = [g.log for g in result.generations if g.log]
+    console.print(
+        f"sweep stopped by {signal_name(result.stopped)}: the logs written are in the warehouse"
+        + (", not all scored or gated" if logs else ""),
+        soft_wrap=True,
+    )
 
 
 def generate(
@@ -232,6 +267,7 @@ def generate(
     verbose: VerboseOption = False,
 ) -> None:
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
+    quiet_prefect(verbose)
     from flows.generate import generate_flow
 
     cfg = _load(config, generates=True)
@@ -241,8 +277,12 @@ def generate(
         table.add_column(col)
     for g in results:
         table.add_row(g.model, g.task, str(g.samples), str(g.errored), g.status,
-                      g.log or f"[red]{g.error}[/red]")  # fmt: skip
+                      g.log or f"[red]{g.error or '–'}[/red]")  # fmt: skip
     console.print(table)
+    from flows.interrupts import exit_code, stop_signal
+
+    if stop_signal() is not None:
+        raise typer.Exit(exit_code(stop_signal()))
     raise typer.Exit(2 if any(g.log is None for g in results) else 0)
 
 
@@ -272,7 +312,17 @@ def score(
     if missing:
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
     _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
+    # decided from the warehouse before Prefect or Inspect are loaded: a no-op costs ~ `sql`
+    if scored_logs is None and all(p.is_file() for p in logs):
+        from flows.nothing_to_do import nothing_to_score
 
+        _load_verifiers(verifier_module, verifier or [], db)
+        noop = _no_op(lambda: nothing_to_score(logs, db, verifier, retry_unscored=retry_unscored))
+        if noop is not None:
+            console.print(noop, soft_wrap=True)
+            return
+
+    quiet_prefect(verbose)  # before Prefect is first imported
     from flows.score import score_flow
     from warehouse.logs import LogReadError, expand_log_paths
 
@@ -338,21 +388,22 @@ def rescore(
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
+    from flows.rescore_plan import plan_rescore, record_current
+    from flows.verifier_modules import unloaded_verifiers
+
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
-    _check_warehouse(db)  # before the imports below (Prefect: seconds)
-
-    from flows.rescore import MAX_FLIPS_SHOWN, plan_rescore, rescore_flow
-    from flows.verifier_modules import unloaded_verifiers
-    from warehouse import WarehouseError
-
+    _check_warehouse(db)
     _load_verifiers(verifier_module, scorer or [], db)
-    if dry_run:
-        try:
-            plans = plan_rescore(db, scorer, retry_unscored=retry_unscored)
-        except WarehouseError as exc:
-            raise _fail(str(exc)) from None
-    else:
+    # planned from the warehouse first: with nothing to do, no flow run (and no Prefect) at all
+    plans = _no_op(lambda: plan_rescore(db, scorer, retry_unscored=retry_unscored)) or []
+    if not dry_run and not any(p.changed for p in plans):
+        # a reverted verifier has nothing left to grade, but its code is "newest" again
+        _no_op(lambda: record_current(db, plans))
+    if not dry_run and any(p.changed for p in plans):
+        quiet_prefect(verbose)
+        from flows.rescore import rescore_flow
+
         plans = _run_flow(
             verbose,
             lambda: rescore_flow(
@@ -372,6 +423,8 @@ def rescore(
         table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
                       str(p.retries), flips)  # fmt: skip
     console.print(table)
+    from flows.rescore_plan import MAX_FLIPS_SHOWN
+
     for p in plans:
         for f in p.flips[:MAX_FLIPS_SHOWN]:
             console.print(
@@ -461,11 +514,11 @@ def serve(
     cfgs = [_load(c, tasks=True) for c in configs]
     for cfg in cfgs:
         _check_warehouse(cfg.warehouse)
-    quiet_prefect(verbose)
     try:
-        serve_configs(cfgs, watch_every=watch_every)
+        code = serve_configs(cfgs, watch_every=watch_every, verbose=verbose)
     except RuntimeError as exc:
         raise _fail(str(exc)) from None
+    raise typer.Exit(code)
 
 
 def demo(
@@ -475,6 +528,7 @@ def demo(
     verbose: VerboseOption = False,
 ) -> None:
     """End to end offline: two model versions, math + HumanEval, a warehouse, a gate."""
+    quiet_prefect(verbose)
     from flows.demo import run_demo
 
     code = _run_flow(verbose, lambda: run_demo(directory))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -41,16 +42,17 @@ for _c in (console, err_console):
     if not _c.is_terminal and "COLUMNS" not in os.environ:
         _c.width = 120
 _VERBOSE = False
+_QUIETED = False
 
 # Must be in the environment before prefect is first imported: its settings are read then.
-# Processes this one starts inherit it: the flow-run subprocesses of `gradebook serve` then keep
-# their INFO lines ("Downloading flow code", "Finished in state Completed()") for the UI only,
-# through the API handler, which the console level does not touch.
+# Inherited by the processes a command starts, e.g. `gradebook serve`'s flow runs: Prefect's
+# console lines stay out of the terminal as in the command itself (a cancelled run's task runs
+# each log a crash), while the API handler still ships every line to the UI; -v shows them.
 _QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",
     "PREFECT_LOGGING_LOG_PRINTS": "false",
-    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "CRITICAL",
 }
 
 
@@ -70,15 +72,20 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 
 
 def quiet_prefect(verbose: bool = False) -> None:
-    """Hide Prefect's console logging (unless `verbose`); call before the first flow run."""
+    """Hide Prefect's console logging (unless `verbose`); call before the first flow run, best
+    before Prefect is imported (its logging is configured then, from the environment)."""
+    global _QUIETED
     set_verbose(verbose)
-    if verbose:
+    if verbose or _QUIETED:
         return
+    _QUIETED = True
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
-    import prefect.logging.configuration as prefect_logging
+    if "prefect" in sys.modules:
+        # configured already, without these settings: again (it reads a YAML file, ~0.1 s)
+        import prefect.logging.configuration as prefect_logging
 
-    prefect_logging.setup_logging()
+        prefect_logging.setup_logging()
     # Silence only the console handlers: the API handler still ships run logs to the UI.
     for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.server", ""):
         for handler in logging.getLogger(name).handlers:

@@ -146,11 +146,12 @@ def run_demo(directory: Path) -> int:
     """Run the demo sweep into `directory`; print the summary and what to try next.
 
     Returns:
-        0 when the pipeline ran (the gate verdicts are part of the show), 2 if it could not.
+        0 when the pipeline ran (the gate verdicts are part of the show), 2 if it could not,
+        130/143 if SIGINT/SIGTERM stopped it.
     """
     from flows.cli_pipeline import print_gate_problems, summary_table
     from flows.config import parse_config
-    from flows.sweep import sweep_flow
+    from flows.sweep import run_sweep
 
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -164,9 +165,11 @@ def run_demo(directory: Path) -> int:
     )
     with scripted_server(make_script(tasks), models=list(DEMO_MODELS)) as server:
         with environ_set({"LOCAL_BASE_URL": server.base_url, "LOCAL_API_KEY": "demo"}):
-            result = sweep_flow(cfg)
+            result = run_sweep(cfg)
     console.print(summary_table(result))
     print_gate_problems(result)
+    if result.stopped is not None:
+        return result.exit_code
     db, toml = cfg.warehouse, directory / "demo.toml"
     # counted from the summary (latest attempts): the sweep's own retry leaves a second
     # unscored row per sample in the history, which is not a second sample

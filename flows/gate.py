@@ -1,18 +1,15 @@
-"""The gate stage: decide releases from the warehouse, record them, publish a markdown artifact.
+"""Release gates: decide from the warehouse, record the verdicts, render them as markdown.
 
-`evaluate_gates` is the plain function (the CLI calls it: no Prefect server needed to gate);
-`run_gates` is the same as a Prefect task, the last step of a sweep, which also publishes the
-verdicts as a markdown artifact; `gate_flow` wraps it for deployments.
+`evaluate_gates` is the plain function; `gradebook gate` calls it, with no Prefect server (and
+without importing Prefect, which costs seconds). The same as a Prefect task (the last step of a
+sweep, which also publishes the verdicts as a markdown artifact) and a flow for deployments are
+in flows/gate_stage.py.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
 
 from warehouse import Warehouse
 from warehouse.gate_rules import EXIT_CANNOT_EVALUATE, EXIT_FAIL, EXIT_PASS, GateResult, GateRules
@@ -21,10 +18,8 @@ from warehouse.gates import gate_run, newest_runs
 __all__ = [
     "current_fingerprints",
     "evaluate_gates",
-    "gate_flow",
     "gate_markdown",
     "overall_exit_code",
-    "run_gates",
 ]
 
 
@@ -162,52 +157,3 @@ def gate_markdown(results: Sequence[GateResult]) -> str:
                 )
         lines.append("")
     return "\n".join(lines)
-
-
-def _artifact_key(name: str) -> str:
-    # Prefect artifact keys allow lowercase letters, digits and dashes only.
-    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:100] or "gate"
-
-
-@task(name="gate", cache_policy=NO_CACHE)
-def run_gates(
-    db: str | Path,
-    run_ids: Sequence[str] | None = None,
-    *,
-    rules: GateRules | None = None,
-    sweep: str | None = None,
-    fingerprints: Mapping[str, str] | None = None,
-) -> list[GateResult]:
-    """The gate step of a sweep: evaluate, record, and publish a markdown artifact.
-
-    Args as `evaluate_gates`. The artifact key is `gate-<sweep>` (or `gate-<run id>`), so the
-    Prefect UI shows the history of one sweep's verdicts under one key.
-    """
-    from prefect.artifacts import create_markdown_artifact
-
-    results = evaluate_gates(db, run_ids, rules=rules, sweep=sweep, fingerprints=fingerprints)
-    name = sweep or (results[0].run_id if len(results) == 1 else "runs")
-    code = overall_exit_code(results)
-    create_markdown_artifact(
-        key=_artifact_key(f"gate-{name}"),
-        markdown=gate_markdown(results),
-        description=f"release gate: exit {code}",
-    )
-    return results
-
-
-@flow(name="gate", log_prints=False)
-def gate_flow(
-    db: str,
-    run_ids: list[str] | None = None,
-    rules: GateRules | None = None,
-    sweep: str | None = None,
-    fingerprints: dict[str, str] | None = None,
-) -> int:
-    """Gate runs as a flow of its own (a deployment, or `gradebook gate` against a server).
-
-    Returns:
-        The overall exit code (0 pass, 1 fail, 2 cannot evaluate).
-    """
-    results = run_gates(db, run_ids, rules=rules, sweep=sweep, fingerprints=fingerprints)
-    return overall_exit_code(results)

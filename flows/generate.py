@@ -9,17 +9,21 @@ errored samples and counted here, never dropped.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
 from rich.markup import escape
 
 from flows.config import ModelConfig, SweepConfig, TaskConfig, load_config
 from flows.console import err_console, one_line, verbose
+from flows.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
 from flows.model_servers import endpoint, server_problem
 from flows.progress import generation_progress, quiet_hook_banner
+from flows.run_owner import record_owner
 from flows.task_specs import check_tasks, load_task
 
 __all__ = ["GenerationResult", "generate_flow", "generate_for_model"]
@@ -34,7 +38,8 @@ class GenerationResult:
         task: the task's label from the config.
         log: path of the .eval log written (None if Inspect wrote none).
         run_id: Inspect's eval_id of the log (the warehouse's run_id).
-        status: the log's status ("success", "error", "cancelled", ...).
+        status: the log's status ("success", "error", "cancelled", ...), or "not started" for
+            a pair a stopped sweep never reached.
         samples: samples in the log.
         errored: samples whose generation failed after retries (kept in the log).
         error: the task-level error, if the whole task failed.
@@ -82,6 +87,10 @@ def run_generation(
         display: Inspect's display ("none" under gradebook's own progress bar).
         sweep: the sweep's name, written into each log's metadata so `gradebook gate --sweep`
             finds its runs.
+
+    SIGINT or SIGTERM stops it (flows.interrupts): Inspect cancels the eval in flight and
+    writes its log as `cancelled`, which is returned with the others; the tasks not reached yet
+    are returned as "not started".
     """
     from inspect_ai import eval as inspect_eval
 
@@ -102,35 +111,50 @@ def run_generation(
             for t in tasks
         ]
     results: list[GenerationResult] = []
-    with generation_progress(f"generate {model_cfg.label}") as progress:
+    with generation_progress(f"generate {model_cfg.label}") as progress, stop_on_signals():
         for task_cfg in tasks:
+            if stop_signal() is not None:
+                results.append(not_started(model_cfg, task_cfg))
+                continue
             progress.start(task_cfg.label, task_cfg.limit, task_cfg.epochs)
+            before = _logs_in(log_dir)
             try:
                 # gradebook loads the task, not Inspect: see flows.task_specs for why
-                logs = inspect_eval(
-                    load_task(task_cfg.task, task_cfg.args),
-                    model=model,
-                    limit=task_cfg.limit,
-                    epochs=task_cfg.epochs,
-                    log_dir=str(log_dir),
-                    score=False,
-                    # keep going past failed samples: they are recorded as errored, not lost
-                    fail_on_error=False,
-                    retry_on_error=model_cfg.retry_on_error or None,
-                    display=display,  # type: ignore[arg-type]
-                    tags=["gradebook", model_cfg.label],
-                    metadata={
-                        "gradebook_model": model_cfg.label,
-                        "verifiers": task_cfg.verifiers,
-                        **({"sweep": sweep} if sweep else {}),
-                    },
-                )
+                with during_eval():
+                    logs = inspect_eval(
+                        load_task(task_cfg.task, task_cfg.args),
+                        model=model,
+                        limit=task_cfg.limit,
+                        epochs=task_cfg.epochs,
+                        log_dir=str(log_dir),
+                        score=False,
+                        # keep going past failed samples: they are recorded as errored, not lost
+                        fail_on_error=False,
+                        retry_on_error=model_cfg.retry_on_error or None,
+                        display=display,  # type: ignore[arg-type]
+                        tags=["gradebook", model_cfg.label],
+                        metadata={
+                            "gradebook_model": model_cfg.label,
+                            "verifiers": task_cfg.verifiers,
+                            **({"sweep": sweep} if sweep else {}),
+                        },
+                    )
+            except KeyboardInterrupt:  # a Ctrl-C outside the eval's event loop
+                if stop_signal() is None:
+                    note_stop(signal.SIGINT)
+                logs = []
             except Exception as exc:  # a broken task must not stop the other tasks
                 results.append(
                     GenerationResult(
                         model_cfg.label, task_cfg.label, None, None, "error", 0, 0, one_line(exc)
                     )
                 )
+                continue
+            if stop_signal() is None and (not logs or any(g.status == "cancelled" for g in logs)):
+                note_stop(signal.SIGINT)  # asyncio cancelled the eval on a Ctrl-C
+            if not logs and stop_signal() is not None:
+                # stopped mid-eval: Inspect wrote the log as cancelled but returned none
+                results += _cancelled(model_cfg.label, task_cfg.label, log_dir, before)
                 continue
             for log in logs:
                 results.append(_result(model_cfg.label, task_cfg.label, log))
@@ -146,6 +170,41 @@ def _plain(exc: BaseException) -> str:
         return one_line(exc)
     text = Text.from_markup(str(message)).plain.removeprefix("ERROR: ")
     return " ".join(text.replace("\n\n", ". ").split())
+
+
+def not_started(model_cfg: ModelConfig, task_cfg: TaskConfig) -> GenerationResult:
+    """The result of a (model, task) a stopped sweep never reached."""
+    return GenerationResult(model_cfg.label, task_cfg.label, None, None, "not started", 0, 0)
+
+
+def _logs_in(log_dir: Path) -> set[Path]:
+    return {p for p in log_dir.iterdir() if p.suffix in (".eval", ".json")}
+
+
+def _cancelled(
+    model: str, task_label: str, log_dir: Path, before: set[Path]
+) -> list[GenerationResult]:
+    from inspect_ai.log import read_eval_log, read_eval_log_sample_summaries
+
+    results = []
+    for path in sorted(_logs_in(log_dir) - before):
+        try:
+            header = read_eval_log(str(path), header_only=True)
+            summaries = read_eval_log_sample_summaries(str(path))
+        except Exception:  # noqa: S112 - a log cut short by the stop: nothing to report on
+            continue
+        results.append(
+            GenerationResult(
+                model=model,
+                task=task_label,
+                log=str(path),
+                run_id=header.eval.eval_id,
+                status=header.status,
+                samples=len(summaries),
+                errored=sum(1 for s in summaries if s.error is not None),
+            )
+        )
+    return results
 
 
 def _result(model: str, task_label: str, log: Any) -> GenerationResult:
@@ -169,7 +228,9 @@ def _result(model: str, task_label: str, log: Any) -> GenerationResult:
     )
 
 
-@task(name="generate-model", task_run_name="generate {model_cfg.label}")
+# no cache policy: a generation is never to be served from a cache, and computing the key
+# (the task's source, its inputs including the model's scripted outputs) costs every sweep
+@task(name="generate-model", task_run_name="generate {model_cfg.label}", cache_policy=NO_CACHE)
 def generate_for_model(
     model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path, sweep: str | None = None
 ) -> list[GenerationResult]:
@@ -177,7 +238,7 @@ def generate_for_model(
     return run_generation(model_cfg, tasks, log_dir, sweep=sweep)
 
 
-@flow(name="generate", log_prints=False)
+@flow(name="generate", log_prints=False, on_running=[record_owner])
 def generate_flow(config: SweepConfig | str) -> list[GenerationResult]:
     """Generate (never score) every (model, task) of a sweep config into its log dir.
 
@@ -190,8 +251,12 @@ def generate_flow(config: SweepConfig | str) -> list[GenerationResult]:
 
 
 def generate_models(cfg: SweepConfig) -> list[GenerationResult]:
-    """Run the generate-model task for each model in turn (called inside a flow)."""
+    """Run the generate-model task for each model in turn (called inside a flow); once a
+    signal stopped it, the pairs not reached are "not started"."""
     results: list[GenerationResult] = []
     for model_cfg in cfg.models:
+        if stop_signal() is not None:
+            results += [not_started(model_cfg, t) for t in cfg.tasks]
+            continue
         results += generate_for_model(model_cfg, cfg.tasks, cfg.log_dir, sweep=cfg.name)
     return results

@@ -159,10 +159,24 @@ def failed_rows(n: int, why: str, exc: BaseException | None = None) -> list[Resu
 
 
 def _worker_main(fd: int, broker_fd: int | None = None) -> None:
-    """A grading worker's loop: preload, then grade chunks until the channel closes."""
+    """A grading worker's loop: preload, then grade chunks until the channel closes.
+
+    The channel closing -- the stage is done, or its process died (SIGKILL included) -- ends
+    the worker at once, even mid-chunk: nobody is left to want the results. Ctrl-C is the
+    stage's business: it closes the channel.
+    """
     conn = Connection(fd)
     sys_path, preload = conn.recv()
     sys.path[:] = sys_path
+    # Jobs are read by a thread into a queue, so the parent can hand over the next chunk while
+    # this one is graded (no idle gap between chunks) without either side blocking on a full
+    # socket. Grading stays on the main thread: the per-sample limit is a SIGALRM.
+    jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
+    # set while the channel closing must end the process at once: during the preload (imports
+    # can take seconds) and while a chunk is graded
+    busy = threading.Event()
+    busy.set()
+    threading.Thread(target=_read_jobs, args=(conn, jobs, busy), daemon=True).start()
     if broker_fd is not None:
         # before any verifier import: their pools then fork from the stage's shared zygotes
         from scorers.zygote import use_broker
@@ -179,15 +193,10 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
         warm_up = getattr(module, "warm_up", None)
         if callable(warm_up):
             threading.Thread(target=_quietly, args=(warm_up,), daemon=True).start()
-    # Jobs are read by a thread into a queue, so the parent can hand over the next chunk while
-    # this one is graded (no idle gap between chunks) without either side blocking on a full
-    # socket. Grading stays on the main thread: the per-sample limit is a SIGALRM.
-    jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
-    grading = threading.Event()
-    threading.Thread(target=_read_jobs, args=(conn, jobs, grading), daemon=True).start()
+    busy.clear()
     while (item := jobs.get()) is not None:
         job, payload = item
-        grading.set()
+        busy.set()
         try:
             grade, rows, timeout_s, may_defer, verifier = pickle.loads(payload)
             results = grade_chunk(grade, rows, timeout_s, may_defer)
@@ -195,7 +204,7 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
             reply: tuple = (job, "ok", results, _digest_as_loaded(verifier))
         except Exception as exc:  # e.g. the verifier cannot be unpickled here
             reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
-        grading.clear()
+        busy.clear()
         try:
             conn.send(reply)
         except OSError:  # the parent went away
@@ -213,7 +222,7 @@ def _digest_as_loaded(verifier: Any) -> str | None:
     return fp.digest if fp is not None else None
 
 
-def _read_jobs(conn: Connection, jobs: queue.SimpleQueue, grading: threading.Event) -> None:
+def _read_jobs(conn: Connection, jobs: queue.SimpleQueue, busy: threading.Event) -> None:
     try:
         while True:
             jobs.put(conn.recv())
@@ -222,7 +231,7 @@ def _read_jobs(conn: Connection, jobs: queue.SimpleQueue, grading: threading.Eve
         # will read the results: stop now rather than grade on (a chunk of sandboxed tests
         # can take minutes). The sandbox containers this process owns end with it (their
         # lifeline closes) and the helpers forked from the stage's zygotes end with theirs.
-        if grading.is_set():
+        if busy.is_set():
             os._exit(0)
         jobs.put(None)
 
@@ -291,7 +300,10 @@ class _Worker:
         ours, theirs = socket.socketpair()
         to_broker = broker.channel()
         fds = (theirs.fileno(), to_broker.fileno())
+        # SIGINT ignored from the first statement: a Ctrl-C reaches the whole terminal process
+        # group, and it is the stage's to handle (it closes the channel, which ends the worker)
         code = (
+            "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
             f"import sys; sys.path.insert(0, {_ROOT!r}); "
             f"from flows.grading_pool import _worker_main; _worker_main(*{fds})"
         )

@@ -14,7 +14,6 @@ over, up to WATCH_MAX_ATTEMPT attempts per sample.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,15 @@ from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
 from flows.console import console
+from flows.rescore_plan import (
+    RescorePlan,
+    import_verifier_modules,
+    plan_rescore,
+    record_current,
+)
+from flows.run_owner import record_owner
 from flows.score import RunScore, ScoreOptions, score_runs
 from warehouse.commands import command
-from warehouse.schema import RETRYABLE_REASONS
 
 __all__ = [
     "EVENT_VERIFIER_CHANGED",
@@ -41,116 +46,12 @@ __all__ = [
 ]
 
 EVENT_VERIFIER_CHANGED = "gradebook.verifier.changed"
-MAX_FLIPS_SHOWN = 20
 # The watcher grades a sample again only while its latest attempt is below this. It runs every
 # minute, and a failure can outlast any one check: a sample whose grading kills the worker
 # every time, or a sandbox that answers the check but fails the run, would otherwise gain an
 # unscored row a minute forever. 3 = a sweep's first grading, the sweep's own immediate retry,
 # and one more once the watcher sees the service back; `--retry-unscored` has no cap.
 WATCH_MAX_ATTEMPT = 3
-
-
-@dataclass
-class RescorePlan:
-    """What re-scoring one verifier means.
-
-    Attributes:
-        scorer: the verifier name.
-        digest: its current fingerprint.
-        old_digests: fingerprints it has scored under before.
-        run_ids: runs with scores from an older fingerprint and samples not yet scored under
-            the current one, and with `retry_unscored` runs with retryable unscored samples
-            under the current one (what gets re-scored).
-        pending: those samples.
-        is_new: the current fingerprint was not registered in the warehouse yet.
-        retries: how many of the pending samples are retries of an unscored attempt.
-    """
-
-    scorer: str
-    digest: str
-    old_digests: list[str]
-    run_ids: list[str]
-    pending: int
-    is_new: bool
-    retries: int = 0
-    written: list[RunScore] = field(default_factory=list)
-    flips: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.run_ids)
-
-    @property
-    def flipped_samples(self) -> int:
-        """Samples whose verdict flipped: `flips` has one row per (sample, older fingerprint),
-        so a sample graded under two older fingerprints is two rows but one sample."""
-        return len({(f["run_id"], f["sample_id"], f["epoch"]) for f in self.flips})
-
-
-def import_verifier_modules(modules: list[str]) -> None:
-    for mod in modules:
-        importlib.import_module(mod)
-
-
-def plan_rescore(
-    warehouse: str | Path, scorers: list[str] | None = None, *, retry_unscored: bool = False
-) -> list[RescorePlan]:
-    """For each verifier (default: every registered one that has scores), what is stale; with
-    `retry_unscored` also what is unscored for a retryable reason under its current fingerprint."""
-    from scorers.fingerprint import fingerprint
-    from scorers.registry import all_verifiers, get_verifier
-    from warehouse import Warehouse
-
-    wh = Warehouse(warehouse)
-    names = scorers if scorers is not None else sorted(all_verifiers())
-    plans = []
-    with wh.read() as con:
-        for name in names:
-            fp = fingerprint(get_verifier(name))
-            rows = con.execute(
-                "SELECT fingerprint, list(DISTINCT run_id ORDER BY run_id) FROM scores "
-                "WHERE scorer = ? AND fingerprint <> ? GROUP BY fingerprint ORDER BY fingerprint",
-                [name, fp.digest],
-            ).fetchall()
-            run_ids = {r for _, runs in rows for r in runs}
-            if retry_unscored:
-                run_ids.update(
-                    r
-                    for (r,) in con.execute(
-                        "SELECT DISTINCT run_id FROM current_scores WHERE scorer = ? "
-                        "AND fingerprint = ? AND status = 'unscored' "
-                        "AND list_contains(?::VARCHAR[], reason)",
-                        [name, fp.digest, list(RETRYABLE_REASONS)],
-                    ).fetchall()
-                )
-            known = con.execute(
-                "SELECT count(*) FROM verifiers WHERE name = ? AND fingerprint = ?",
-                [name, fp.digest],
-            ).fetchone()[0]
-            plans.append(
-                RescorePlan(name, fp.digest, [d for d, _ in rows], sorted(run_ids), 0, not known)
-            )
-    for plan in plans:
-        if plan.run_ids:
-            todo = wh.samples_to_score(
-                plan.scorer,
-                plan.digest,
-                run_ids=plan.run_ids,
-                retry="all" if retry_unscored else None,
-            )
-            # runs already re-scored keep their old rows but have nothing pending
-            plan.run_ids = sorted(set(todo.column("run_id").to_pylist()))
-            plan.pending = todo.num_rows
-            plan.retries = sum(a > 1 for a in todo.column("attempt").to_pylist())
-    return plans
-
-
-def _record_current(warehouse: str | Path, plans: list[RescorePlan]) -> None:
-    """Tell the warehouse each verifier's current fingerprint (the views' "newest"), also when
-    nothing is left to re-score: a reverted verifier has every sample scored already."""
-    from warehouse import Warehouse
-
-    Warehouse(warehouse).record_current({p.scorer: p.digest for p in plans})
 
 
 def _flips(warehouse: str | Path, plan: RescorePlan) -> list[dict[str, Any]]:
@@ -187,7 +88,7 @@ def rescore(
     plans = plan_rescore(warehouse, scorers, retry_unscored=retry_unscored)
     if dry_run:
         return plans
-    _record_current(warehouse, plans)
+    record_current(warehouse, plans)
     for plan in plans:
         if not plan.changed:
             continue
@@ -249,7 +150,7 @@ def rescore_task(
     return plans
 
 
-@flow(name="rescore", log_prints=False)
+@flow(name="rescore", log_prints=False, on_running=[record_owner])
 def rescore_flow(
     warehouse: str = "gradebook.duckdb",
     scorers: list[str] | None = None,
@@ -392,7 +293,7 @@ def _at_cap(found: dict[str, list[tuple[str, str, int, int]]]) -> int:
     return sum(k for rows in found.values() for *_, a, k in rows if a >= WATCH_MAX_ATTEMPT)
 
 
-@flow(name="verifier-watcher", log_prints=False)
+@flow(name="verifier-watcher", log_prints=False, on_running=[record_owner])
 def watch_verifiers(
     warehouse: str = "gradebook.duckdb",
     verifier_modules: list[str] | None = None,
@@ -424,7 +325,7 @@ def _rescore_changed(warehouse: str, opts: ScoreOptions) -> list[RescorePlan]:
     from prefect.events import emit_event
 
     every = plan_rescore(warehouse)
-    _record_current(warehouse, every)
+    record_current(warehouse, every)
     plans = [p for p in every if p.changed]
     for plan in plans:
         emit_event(

@@ -38,6 +38,7 @@ from prefect.cache_policies import NONE as NO_CACHE
 
 from flows.console import progress_bar
 from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
+from flows.run_owner import record_owner
 from scorers.registry import Verifier, get_verifier
 from warehouse.connection import WarehouseLocked
 from warehouse.schema import RetryScope
@@ -776,7 +777,7 @@ class ScoreSummaries(list[RunScore]):
         self.problems = list(problems)
 
 
-@flow(name="score", log_prints=False)
+@flow(name="score", log_prints=False, on_running=[record_owner])
 def score_flow(
     logs: list[str],
     warehouse: str = "gradebook.duckdb",

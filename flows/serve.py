@@ -1,24 +1,49 @@
 """`gradebook serve`: sweeps on their cron schedules plus a verifier watcher, until Ctrl-C.
 
-Schedules need a real Prefect server: the one named by PREFECT_API_URL, or a local one started
-here and stopped on exit. Each sweep becomes a deployment on its cron; each warehouse gets a
-`verifier-watcher` deployment on a short interval that re-scores when a fingerprint changes
-(and emits `gradebook.verifier.changed`) and grades again the samples an infrastructure
-failure left unscored, once the service is back (`flows.rescore.retry_infrastructure`). Flow runs execute in subprocesses started by Prefect's
+Schedules need a real Prefect server: the one named by PREFECT_API_URL, or gradebook's shared
+local one (flows.background_server). Each sweep becomes a deployment on its cron; each warehouse
+gets a `verifier-watcher` deployment on a short interval that re-scores when a fingerprint
+changes (and emits `gradebook.verifier.changed`) and grades again the samples an infrastructure
+failure left unscored, once the service is back (`flows.rescore.retry_infrastructure`). A
+watcher deployment runs one flow run at a time: Prefect's deployment concurrency limit (1,
+cancel-new) cancels a scheduled run that comes due while the last one still runs, so two runs
+never grade the same warehouse at once. Flow runs execute in subprocesses started by Prefect's
 runner, so every run imports the verifier code as it is on disk at that moment.
+
+Processes. `gradebook serve` itself (the supervisor, in the terminal's process group) runs
+Prefect's runner (`prefect.serve`, flows/serve_runner.py) in a child process in a session of its
+own; the runner's flow runs and their grading workers and zygotes are all in that session. A
+Ctrl-C in the terminal therefore reaches only the supervisor, which stops the runner the way
+Prefect stops one (SIGTERM: it cancels the runs in flight, which end Cancelled), waits at most
+STOP_GRACE_S, kills whatever is left of that session, marks Cancelled any run whose process it
+had to kill, and exits: one line each way, no traceback. A second Ctrl-C kills the session and
+exits at once. The runner stops in order when the supervisor dies (a parent-death signal), and
+each flow run dies with the runner (flows.run_owner), so even a SIGKILL leaves nothing working
+on; a run left Running is marked Crashed by the next gradebook command.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from flows.config import SweepConfig
-from flows.console import console
+from flows.console import console, err_console
 
-__all__ = ["build_deployments", "serve_configs"]
+__all__ = ["STOP_GRACE_S", "build_deployments", "serve_configs"]
+
+# From the first Ctrl-C to killing what is left: Prefect's runner cancels its runs in ~3-5 s.
+STOP_GRACE_S = 7.0
 
 
 def _slug(text: str) -> str:
@@ -27,6 +52,8 @@ def _slug(text: str) -> str:
 
 def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> list[Any]:
     """One deployment per sweep (cron if the config has one) and one watcher per warehouse."""
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
 
@@ -54,6 +81,11 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
                 description=f"re-score {warehouse} when a verifier fingerprint changes, "
                 "and retry samples an infrastructure failure left unscored",
                 tags=["gradebook", "watcher"],
+                # one run per warehouse at a time; one that comes due meanwhile is cancelled
+                # (queued ones would pile up behind a long re-score, one per interval)
+                concurrency_limit=ConcurrencyLimitConfig(
+                    limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW
+                ),
             )
         )
     return deployments
@@ -67,23 +99,117 @@ def _ui_url(api_url: str) -> str:
     return get_current_settings().ui_url or api_url.removesuffix("/api")
 
 
-def serve_configs(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> None:
-    """Register the deployments and run them until interrupted (Ctrl-C exits cleanly)."""
-    from prefect import serve
-
+def serve_configs(
+    cfgs: Sequence[SweepConfig], *, watch_every: int = 60, verbose: bool = False
+) -> int:
+    """Register the deployments and run them until SIGINT or SIGTERM; returns the exit code."""
+    from flows.console import quiet_prefect
+    from flows.procs import parent_death_preexec
     from flows.session import prefect_session
 
+    quiet_prefect(verbose)
+    with prefect_session() as api_url:
+        console.print(
+            f"[bold]gradebook serve[/bold]: Prefect UI {_ui_url(api_url)} (API {api_url})"
+        )
+        for cfg in cfgs:
+            when = f"cron '{cfg.schedule}'" if cfg.schedule else "on demand (no schedule)"
+            console.print(f"  sweep {cfg.name}: {when}")
+        console.print(f"  verifier watcher: every {watch_every}s; Ctrl-C to stop")
+        _remove_stale_tmp()
+        # the runner's own temp files (Prefect's runner storage) go here and go away with it
+        tmp = tempfile.mkdtemp(prefix=f"gradebook-serve-{os.getpid()}-")
+        args = [sys.executable, "-m", "flows.serve_runner", "--watch-every", str(watch_every)]
+        args += ["--verbose"] if verbose else []
+        args += [str(Path(cfg.source or ".").resolve()) for cfg in cfgs]
+        runner = subprocess.Popen(
+            args,
+            env={**os.environ, "TMPDIR": tmp, "PREFECT_API_URL": api_url},
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            # SIGUSR1, not SIGTERM: the kernel may send it once per thread of a dead parent, and
+            # a second SIGTERM makes Prefect's runner exit mid-shutdown (serve_runner.py)
+            preexec_fn=parent_death_preexec(signal.SIGUSR1),
+        )
+        try:
+            return _supervise(runner)
+        finally:
+            from flows.procs import kill_group
+
+            kill_group(runner.pid)
+            runner.wait()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _supervise(runner: subprocess.Popen[bytes]) -> int:
+    """Wait for the runner; on the first signal stop it in order, on a second kill it."""
+    from flows.interrupts import exit_code
+    from flows.procs import kill_group
+
+    first: list[tuple[int, float, set[str]]] = []  # (signal, when, processes then)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if first:
+            err_console.print("gradebook serve: interrupted again: exiting now")
+            kill_group(runner.pid)
+            os._exit(exit_code(signum))
+        first.append((signum, time.monotonic(), _processes(runner.pid)))
+        err_console.print(
+            "gradebook serve: stopping: cancelling the runs in flight (Ctrl-C again to exit "
+            "at once)",
+            soft_wrap=True,
+        )
+        try:
+            runner.send_signal(signal.SIGTERM)  # Prefect's runner: cancel runs, then exit
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with prefect_session(ui=True) as api_url:
-            deployments = build_deployments(cfgs, watch_every=watch_every)
-            console.print(
-                f"[bold]gradebook serve[/bold]: Prefect UI {_ui_url(api_url)} (API {api_url})"
-            )
-            for cfg in cfgs:
-                when = f"cron '{cfg.schedule}'" if cfg.schedule else "on demand (no schedule)"
-                console.print(f"  sweep {cfg.name}: {when}")
-            console.print(f"  verifier watcher: every {watch_every}s; Ctrl-C to stop")
-            serve(*deployments, print_starting_message=False)
-    except KeyboardInterrupt:
-        pass
+        while True:
+            try:
+                code = runner.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                if first and time.monotonic() - first[0][1] > STOP_GRACE_S:
+                    break
+        left = _processes(runner.pid)
+        kill_group(runner.pid)  # a run, worker or zygote the runner did not stop in time
+        runner.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if not first:
+        err_console.print(f"[red]error:[/red] the Prefect runner exited (code {code})")
+        return 2
+    _settle(first[0][2] | left)
     console.print("gradebook serve: stopped")
+    return 0
+
+
+def _processes(pgid: int) -> set[str]:
+    from flows.procs import ProcessId, group_members, start_ticks, this_process
+
+    host = this_process().host
+    return {str(ProcessId(host, pid, start_ticks(pid))) for pid in group_members(pgid)}
+
+
+def _settle(owners: set[str]) -> None:
+    """Runs whose process was stopped with the runner, and not finished by it: Cancelled."""
+    from flows.run_owner import settle_orphaned_runs
+
+    try:
+        settle_orphaned_runs(owners=owners, message="gradebook serve stopped while it ran")
+    except Exception as exc:  # the server is gone too: nothing to record it in
+        err_console.print(f"gradebook serve: could not mark the stopped runs: {exc}")
+
+
+def _remove_stale_tmp() -> None:
+    # a supervisor killed outright leaves its runner's temp dir behind: remove those of
+    # supervisors that are gone
+    from flows.procs import alive
+
+    for path in Path(tempfile.gettempdir()).glob("gradebook-serve-*-*"):
+        pid = path.name.split("-")[2]
+        if pid.isdigit() and not alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,8 +1,10 @@
-"""Start and stop a local `prefect server start` for the CLI (`gradebook serve`) and the tests.
+"""Prefect server plumbing: health checks, ports, and a server that lives as long as a block.
 
-Prefect's own fallback, a temporary server started inside the first flow call, costs 9-21 s per
-process on this machine, runs no schedules and prints telemetry tracebacks. A real server in a
-subprocess costs about as much once, then every flow call against it is ~1.5 s, and schedules run.
+`local_server` runs `prefect server start` for the duration of a `with` block: the tests' one
+server per session and the benchmarks use it. The CLI's commands share one detached server
+instead (flows.background_server). Prefect's own fallback, a temporary server started inside the
+first flow call, costs 9-21 s per process on this machine, runs no schedules and prints
+telemetry tracebacks.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+
+from flows.procs import parent_death_preexec
 
 __all__ = [
     "PrefectServerError",
@@ -27,6 +31,7 @@ __all__ = [
     "quiet_env",
     "server_healthy",
     "stop_process_group",
+    "warm_up",
 ]
 
 
@@ -70,7 +75,8 @@ def local_server(
     """Run `prefect server start` for the duration of the block; yield its API URL.
 
     Args:
-        home: PREFECT_HOME for the server (its SQLite database lives there); a temp dir if None.
+        home: PREFECT_HOME for the server (its SQLite database and log live there); a temp dir,
+            removed at the end, if None.
         port: the port; a free one if None.
         ui: serve the web UI too (off in tests: it saves start-up time).
         startup_timeout: seconds to wait for /api/health before giving up.
@@ -83,10 +89,14 @@ def local_server(
     """
     port = port or free_port()
     api_url = f"http://127.0.0.1:{port}/api"
-    with tempfile.TemporaryDirectory(prefix="gradebook-prefect-") as tmp:
-        home = home or Path(tmp) / "home"
+    with (
+        tempfile.TemporaryDirectory(prefix="gradebook-prefect-")
+        if home is None
+        else nullcontext(str(home))
+    ) as tmp:
+        home = Path(tmp) / "home" if home is None else home
         home.mkdir(parents=True, exist_ok=True)
-        log_path = Path(tmp) / "server.log"
+        log_path = home / "server.log"
         env = {
             **os.environ,
             **quiet_env(),
@@ -98,9 +108,15 @@ def local_server(
         args += ["--host", "127.0.0.1", "--port", str(port), "--analytics-off"]
         args += ["--ui"] if ui else ["--no-ui"]
         with open(log_path, "wb") as log:
-            # own session: Ctrl-C in the terminal goes to us, and we stop the server in order
+            # own session: Ctrl-C in the terminal goes to us, and we stop the server in order;
+            # and it gets SIGTERM if we die without stopping it (a killed test run)
             proc = subprocess.Popen(
-                args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                args,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=parent_death_preexec(signal.SIGTERM),
             )
         try:
             if meanwhile is not None:
@@ -117,13 +133,14 @@ def local_server(
                         f"{startup_timeout:.0f}s: {_tail(log_path)}"
                     )
                 time.sleep(0.25)
-            _warm_up(api_url)
+            warm_up(api_url)
             yield api_url
         finally:
             stop_process_group(proc)
 
 
-def _warm_up(api_url: str) -> None:
+def warm_up(api_url: str) -> None:
+    """Pay a new server's slow first answer here, not in the first flow run."""
     # Every client's first call is GET /admin/version (its API version check). A new server
     # answers the first one in ~0.45 s and later ones in ~5 ms (measured with Prefect 3.9.1;
     # /health and other routes are fast from the start), so pay it here, where the caller

@@ -1,10 +1,13 @@
 """Which Prefect API the CLI's flow runs talk to.
 
-`PREFECT_API_URL` set: that server (it must answer). Not set: a local `prefect server start` in
-a subprocess for the duration of the command, its output kept out of the terminal, its database
-in PREFECT_HOME (so migrations run once per machine, not per command). Prefect's own temporary
-server would cost the same but prints start/stop lines and shutdown tracebacks into the
-terminal and cannot run schedules.
+`PREFECT_API_URL` set: that server (it must answer). Not set: the local server that gradebook
+commands share (flows.background_server), started by the first command that needs one and
+reused by the later ones; the command that starts it says so in one line, with how to stop it.
+Prefect's own temporary server would cost its start-up in every command, prints start/stop
+lines and shutdown tracebacks into the terminal, and cannot run schedules.
+
+On the way in, runs that a killed gradebook process left Running are marked Crashed
+(flows.run_owner).
 """
 
 from __future__ import annotations
@@ -12,20 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from flows.server import local_server, server_healthy
+from flows.server import server_healthy
 
 __all__ = ["PrefectUnavailable", "in_process_settings", "prefect_session"]
 
 
 class PrefectUnavailable(RuntimeError):
     """PREFECT_API_URL names a server that does not answer."""
-
-
-def _home() -> Path:
-    return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
 
 
 def in_process_settings() -> dict[str, Any]:
@@ -35,8 +33,9 @@ def in_process_settings() -> dict[str, Any]:
     joins it on exit, which costs up to a second per flow and subflow run (an empty flow run:
     1.2 s with heartbeats, 0.1-0.2 s without, measured against a local server). Heartbeats let
     an automation mark the runs of a dead worker Crashed; cluster deployments turn them on in
-    their job env (flows/cluster_setup.py), and a run in this process has no worker to lose.
-    An explicit PREFECT_FLOWS_HEARTBEAT_FREQUENCY is respected.
+    their job env (flows/cluster_setup.py), and a run in this process that is killed is marked
+    Crashed by the next command instead (flows.run_owner). An explicit
+    PREFECT_FLOWS_HEARTBEAT_FREQUENCY is respected.
     """
     if {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY"} & set(
         os.environ
@@ -46,17 +45,18 @@ def in_process_settings() -> dict[str, Any]:
 
 
 @contextmanager
-def prefect_session(
-    *, ui: bool = False, meanwhile: Callable[[], object] | None = None
-) -> Iterator[str]:
-    """Yield the API URL flows in this block use, starting a local server if none is set.
+def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterator[str]:
+    """Yield the API URL flows in this block use, starting the shared local server if needed.
 
     `meanwhile` runs while a local server boots (a sweep loads its tasks then), else first.
 
     Raises:
         PrefectUnavailable: PREFECT_API_URL is set but nothing answers there.
+        flows.server.PrefectServerError: the local server could not be started.
     """
     from prefect.settings import temporary_settings
+
+    from flows.envvars import environ_set
 
     url = os.environ.get("PREFECT_API_URL")
     if url:
@@ -65,27 +65,48 @@ def prefect_session(
         if not server_healthy(url, timeout=5.0):
             raise PrefectUnavailable(
                 f"PREFECT_API_URL={url} does not answer: start that server "
-                "(`prefect server start`) or unset PREFECT_API_URL to use a local one"
+                "(`prefect server start`) or unset PREFECT_API_URL to use gradebook's local one"
             )
         with temporary_settings(updates=in_process_settings()):
+            _settle_orphans()
             yield url
         return
 
-    with local_server(home=_home(), ui=ui, meanwhile=meanwhile) as api_url:
-        os.environ["PREFECT_API_URL"] = api_url
+    from flows.background_server import ensure_server
+
+    info = ensure_server(meanwhile=meanwhile)
+    if info.started_here:
+        from flows.console import err_console
+
+        err_console.print(
+            f"gradebook: started a local Prefect server for this and later commands "
+            f"(UI {info.ui_url}, pid {info.pid}); `gradebook server stop` stops it",
+            soft_wrap=True,
+            highlight=False,
+        )
+    with (
+        environ_set({"PREFECT_API_URL": info.api_url}),
+        temporary_settings(updates={"api.url": info.api_url, **in_process_settings()}),
+    ):
+        _settle_orphans()
         try:
-            with temporary_settings(updates={"api.url": api_url, **in_process_settings()}):
-                try:
-                    yield api_url
-                finally:
-                    _drain_logs()
+            yield info.api_url
         finally:
-            os.environ.pop("PREFECT_API_URL", None)
+            _drain_logs()
+
+
+def _settle_orphans() -> None:
+    from flows.run_owner import settle_orphaned_runs
+
+    try:
+        settle_orphaned_runs()
+    except Exception:  # noqa: S110 - bookkeeping of older runs must not stop this command
+        pass
 
 
 def _drain_logs() -> None:
-    # Run logs are shipped to the API in the background; send them before the server stops,
-    # or the handler prints "Error logging to API" at interpreter exit.
+    # Run logs are shipped to the API in the background: send them while this process still
+    # waits, so the last lines of a run are in the UI when the command returns.
     try:
         from prefect.logging.handlers import APILogWorker
 

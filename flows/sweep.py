@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.states import Cancelled
 
 from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, generate_models
+from flows.interrupts import exit_code, signal_name, stop_on_signals, stop_signal
+from flows.run_owner import record_owner
 from flows.score import (
     GradingPool,
     RunScore,
@@ -37,6 +40,7 @@ __all__ = [
     "current_fingerprints",
     "retry_pass",
     "run_gates",
+    "run_sweep",
     "sweep_flow",
 ]
 
@@ -61,6 +65,9 @@ class SummaryRow:
     unscored_reasons: dict[str, int]
     gate: str | None
     note: str | None = None
+    # where the pair got to: "done", "cancelled" (a stop cut its generation short), "failed",
+    # "not started"; ", not scored" when a stop came before its scoring
+    state: str = "done"
 
 
 @dataclass
@@ -72,9 +79,12 @@ class SweepResult:
     gates: dict[str, Any] = field(default_factory=dict)  # run_id -> GateResult
     rows: list[SummaryRow] = field(default_factory=list)
     dispatch: Any = None  # cluster mode: flows.dispatch.DispatchReport (per-stage flow runs)
+    stopped: int | None = None  # the signal that stopped the sweep (flows.interrupts)
 
     @property
     def exit_code(self) -> int:
+        if self.stopped is not None:
+            return exit_code(self.stopped)
         verdicts = {getattr(g, "verdict", None) for g in self.gates.values()}
         if "fail" in verdicts:
             return EXIT_GATE_FAILED
@@ -84,19 +94,35 @@ class SweepResult:
 
 
 def _generate_and_score(
-    cfg: SweepConfig, workers: int | None, progress: bool
+    cfg: SweepConfig, workers: int | None, progress: bool, expected: int
 ) -> tuple[list[GenerationResult], dict[str, list[str]], list[RunScore]]:
-    """The embedded stages: generate, ingest, score (and the retry pass), in this process."""
+    """The embedded stages: generate, ingest, score (and the retry pass), in this process.
+
+    A stop (SIGINT, SIGTERM: flows.interrupts) cancels the eval in flight; what was generated,
+    cancelled logs included, is still ingested, and scoring is skipped (or ends where it was:
+    the scores written stay).
+    """
     names = sorted({n for t in cfg.tasks for n in t.verifiers})
     loaded = current_fingerprints(names)
     opts = ScoreOptions(workers=workers, progress=progress)
     # The scoring workers start and the verifiers' helpers (math: sympy, ~2 s of CPU) boot
-    # while the models generate, so scoring starts warm.
-    pool = start_early(names, opts)
+    # while the models generate, so scoring starts warm -- when there is more than a chunk or
+    # two (`expected` samples) to score: a small sweep grades in this process, and booting
+    # them would only take CPU from the generation.
+    pool = start_early(names, opts) if expected > 2 * opts.chunk_size else scoring_pool(opts)
+    scores: list[RunScore] = []
     try:
         generations = generate_models(cfg)
         logs = [g.log for g in generations if g.log]
-        plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+        try:
+            plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+        except KeyboardInterrupt:
+            if stop_signal() is None:
+                raise
+            # stopped mid-ingest: finish it (idempotent); a second signal exits at once
+            plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+        if stop_signal() is not None:
+            return generations, plan, scores
         if current_fingerprints(names) != loaded:
             # a verifier was edited during generation: what the early workers imported is
             # stale. The stage would find out from their first chunks (it never writes a
@@ -104,8 +130,12 @@ def _generate_and_score(
             # fresh workers now saves that pass.
             pool.close()
             pool = scoring_pool(opts)
-        scores = score_runs(cfg.warehouse, plan, opts, pool)
-        scores += retry_pass(cfg.warehouse, scores, opts, pool)
+        try:
+            scores = score_runs(cfg.warehouse, plan, opts, pool)
+            scores += retry_pass(cfg.warehouse, scores, opts, pool)
+        except KeyboardInterrupt:
+            if stop_signal() is None:
+                raise
     finally:
         pool.close()
     return generations, plan, scores
@@ -149,10 +179,10 @@ def run_gates(
 ) -> dict[str, Any]:
     """The gate step: evaluate and record each run's gate under the current fingerprints.
 
-    Delegates to the gate stage (`flows.gate.run_gates`, a Prefect task that also publishes a
+    Delegates to the gate stage (`flows.gate_stage.run_gates`, a Prefect task that also publishes a
     markdown artifact) with the config's `[gates]` rules; returns run_id -> GateResult.
     """
-    from flows.gate import run_gates as gate_stage
+    from flows.gate_stage import run_gates as gate_stage
 
     results = gate_stage(
         str(cfg.warehouse), run_ids, rules=cfg.gates, sweep=cfg.name, fingerprints=fingerprints
@@ -165,8 +195,11 @@ def summarise(
     generations: list[GenerationResult],
     fingerprints: Mapping[str, str],
     gates: Mapping[str, Any],
+    *,
+    stopped: bool = False,
 ) -> list[SummaryRow]:
-    """Read the sweep's numbers back from the warehouse (run_metrics under current prints)."""
+    """Read the sweep's numbers back from the warehouse (run_metrics under current prints);
+    `stopped`: a signal stopped the sweep (rows with no scores say "not scored")."""
     from warehouse import Warehouse
 
     metrics: dict[tuple[str, str], dict[str, Any]] = {}
@@ -212,11 +245,15 @@ def summarise(
                     {},
                     None,
                     note=gen.error,
+                    state="not started" if gen.status == "not started" else "failed",
                 )  # fmt: skip
             )
             continue
         for scorer in verifiers_of.get(gen.task, []):
             m = metrics.get((gen.run_id, scorer), {})
+            state = "cancelled" if gen.status == "cancelled" else "done"
+            if stopped and not m.get("n_scored") and not m.get("n_unscored"):
+                state += ", not scored"
             rows.append(
                 SummaryRow(
                     model=gen.model,
@@ -233,6 +270,7 @@ def summarise(
                     unscored_reasons=reasons.get((gen.run_id, scorer), {}),
                     gate=verdict,
                     note=gen.error,
+                    state=state,
                 )
             )
     return rows
@@ -243,7 +281,7 @@ def _dicts(cursor: Any) -> list[dict[str, Any]]:
     return [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
 
 
-@flow(name="sweep", log_prints=False)
+@flow(name="sweep", log_prints=False, on_running=[record_owner])
 def sweep_flow(
     config: SweepConfig | str,
     workers: int | None = None,
@@ -262,18 +300,43 @@ def sweep_flow(
     pools (`flows.dispatch`); without one everything runs in this process.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
-    check_tasks(cfg)  # a task that cannot load is bad input: stop before any model is called
+    # a task that cannot load is bad input: stop before any model is called
+    expected = check_tasks(cfg)
     dispatch = None
-    if cfg.cluster is not None:  # [cluster]: the stages run on Prefect work pools
-        from flows.dispatch import run_cluster_stages
+    # SIGINT/SIGTERM stop the sweep in order (inside the flow run: Prefect's engine installs
+    # its own SIGTERM handler, which Inspect would take for a sample error)
+    with stop_on_signals():
+        if cfg.cluster is not None:  # [cluster]: the stages run on Prefect work pools
+            from flows.dispatch import run_cluster_stages
 
-        generations, plan, scores, dispatch = run_cluster_stages(cfg, progress=progress)
-    else:
-        generations, plan, scores = _generate_and_score(cfg, workers, progress)
-    names = sorted({n for t in cfg.tasks for n in t.verifiers})
-    fingerprints = current_fingerprints(names)
-    run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]
-    gates = run_gates(cfg, run_ids, fingerprints) if gate and run_ids else {}
-    result = SweepResult(cfg.name, generations, scores, gates, dispatch=dispatch)
-    result.rows = summarise(cfg, generations, fingerprints, gates)
+            generations, plan, scores, dispatch = run_cluster_stages(cfg, progress=progress)
+        else:
+            generations, plan, scores = _generate_and_score(cfg, workers, progress, expected)
+        stopped = stop_signal()
+        names = sorted({n for t in cfg.tasks for n in t.verifiers})
+        fingerprints = current_fingerprints(names)
+        run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]
+        gates = run_gates(cfg, run_ids, fingerprints) if gate and run_ids and not stopped else {}
+        result = SweepResult(cfg.name, generations, scores, gates, dispatch=dispatch)
+        result.stopped = stopped
+        result.rows = summarise(cfg, generations, fingerprints, gates, stopped=bool(stopped))
+    if stopped is not None:
+        # the run ends Cancelled; `run_sweep` hands its result back all the same
+        done = sum(g.status == "success" for g in generations)
+        return Cancelled(  # type: ignore[return-value]
+            message=f"stopped by {signal_name(stopped)} after {done} of "
+            f"{len(generations)} (model, task) generations",
+            data=result,
+        )
     return result
+
+
+def run_sweep(config: SweepConfig | str, **options: Any) -> SweepResult:
+    """Run `sweep_flow` and return its result, also when a signal stopped it (the flow run
+    then ends Cancelled, with the partial result); other failures raise as the flow did."""
+    state = sweep_flow(config, **options, return_state=True)
+    if state.is_cancelled():
+        data = state.result(raise_on_failure=False)
+        if isinstance(data, SweepResult):
+            return data
+    return state.result()

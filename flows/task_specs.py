@@ -81,19 +81,27 @@ def load_task(spec: str, args: Mapping[str, Any] | None = None) -> Task:
         ) from None
 
 
-def check_tasks(cfg: SweepConfig) -> None:
+def check_tasks(cfg: SweepConfig) -> int:
     """Load every task of a sweep once, so a bad spec stops the sweep before any model call.
+
+    Returns:
+        How many samples the sweep will generate (each task's dataset, cut by its limit, times
+        its epochs, for every model).
 
     Raises:
         ConfigError: one line naming the config file, tasks[i], the spec and what to do.
     """
+    samples = 0
     for i, task_cfg in enumerate(cfg.tasks):
         try:
-            load_task(task_cfg.task, task_cfg.args)
+            task = load_task(task_cfg.task, task_cfg.args)
         except TaskLoadError as exc:
             raise ConfigError(
                 f"{cfg.source or '<config>'}: tasks[{i}] ({task_cfg.task}): {exc}"
             ) from None
+        n = len(task.dataset)
+        samples += min(n, task_cfg.limit or n) * task_cfg.epochs
+    return samples * len(cfg.models)
 
 
 def _split(spec: str) -> tuple[str | None, str | None]:

@@ -258,11 +258,17 @@ def _module_closure(roots: list[str], locate: _Locator) -> dict[str, _Source]:
             path = top.path
             dirs.add(path.parent.parent if path.name == "__init__.py" else path.parent)
     found: dict[str, _Source] = {}
+    tops: dict[str, bool] = {}
     todo = list(reversed(found_roots))
     while todo:
         name = todo.pop()
         if name in found:
             continue
+        top = name.split(".")[0]
+        if top not in tops:
+            tops[top] = _top_is_project(top, dirs)
+        if not tops[top]:
+            continue  # not project code: no need to look further (Inspect has hundreds)
         src = locate(name)
         if src is None or not _is_project(src.path, dirs):
             continue
@@ -304,6 +310,21 @@ def _find_spec(name: str) -> Any:
         if spec is not None:
             return spec
     return None
+
+
+def _top_is_project(top: str, roots: set[Path]) -> bool:
+    """Whether a top-level module or package (namespace packages too) lives in the project."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if spec.origin and spec.origin.endswith(".py"):
+        return _is_project(Path(spec.origin).resolve(), roots)
+    return any(
+        _is_project(Path(loc).resolve(), roots) for loc in spec.submodule_search_locations or []
+    )
 
 
 def _is_project(path: Path, roots: set[Path]) -> bool:

@@ -100,8 +100,11 @@ class Zygote:
         it has imported `preload`."""
         ours, theirs = socket.socketpair()
         # recording what it compiles from its first import: its workers run part of a
-        # verifier, and the verifier's fingerprint must be of that code (scorers.loaded_code)
-        code = f"import sys; sys.path.insert(0, {_ROOT!r})\n{loaded_code.boot_code()}" \
+        # verifier, and the verifier's fingerprint must be of that code (scorers.loaded_code).
+        # SIGINT ignored from the first statement: a Ctrl-C reaches the whole terminal process
+        # group, and it is the owner's to handle (closing the channel ends the zygote)
+        code = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" \
+            f"import sys; sys.path.insert(0, {_ROOT!r})\n{loaded_code.boot_code()}" \
             f"import scorers.zygote as z; z.zygote_main({theirs.fileno()})"  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL

@@ -37,6 +37,23 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_prefect_home(tmp_path_factory: pytest.TempPathFactory):
+    """A command that starts gradebook's shared local Prefect server (no PREFECT_API_URL) starts
+    it in a session temp home, on any free port, never the user's; and it is stopped when the
+    session ends, so no test leaves a server behind."""
+    from flows.envvars import environ_set
+
+    home = tmp_path_factory.mktemp("gradebook-prefect")
+    with environ_set({"GRADEBOOK_PREFECT_HOME": str(home), "GRADEBOOK_PREFECT_PORT": "0"}):
+        try:
+            yield home
+        finally:
+            from flows.background_server import stop_server
+
+            stop_server(home)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     need(SHARED_DATA.is_dir(), f"reference data not found at {SHARED_DATA} (../shared/data)")

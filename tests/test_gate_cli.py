@@ -110,7 +110,7 @@ def test_missing_warehouse_is_exit_2(tmp_path: Path) -> None:
 def test_gate_flow_publishes_markdown_artifact(db, prefect_api) -> None:
     from prefect import get_client
 
-    from flows.gate import gate_flow
+    from flows.gate_stage import gate_flow
 
     path, runs = db
     current = fingerprint(get_verifier("gate_exact")).digest

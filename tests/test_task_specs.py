@@ -351,7 +351,7 @@ def test_a_bad_task_found_while_the_local_server_boots_stops_that_server(tmp_pat
     )
     home = tmp_path / "prefect-home"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env["PREFECT_HOME"] = str(home)
+    env["GRADEBOOK_PREFECT_HOME"] = str(home)  # where the shared local server would live
     out = subprocess.run(
         [sys.executable, "-m", "flows.cli", "sweep", str(cfg)],
         env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},

@@ -1,0 +1,130 @@
+"""What `gradebook rescore` would do, decided from the warehouse alone.
+
+Kept apart from the flows (flows/rescore.py) so that a `rescore` with nothing to do, and
+`--dry-run`, answer without loading Prefect (seconds of imports).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from warehouse.schema import RETRYABLE_REASONS
+
+if TYPE_CHECKING:
+    from flows.score import RunScore
+
+__all__ = [
+    "MAX_FLIPS_SHOWN",
+    "RescorePlan",
+    "import_verifier_modules",
+    "plan_rescore",
+    "record_current",
+]
+
+MAX_FLIPS_SHOWN = 20  # grade flips a command prints; the rest are in the grade_flips view
+
+
+@dataclass
+class RescorePlan:
+    """What re-scoring one verifier means.
+
+    Attributes:
+        scorer: the verifier name.
+        digest: its current fingerprint.
+        old_digests: fingerprints it has scored under before.
+        run_ids: runs with scores from an older fingerprint and samples not yet scored under
+            the current one, and with `retry_unscored` runs with retryable unscored samples
+            under the current one (what gets re-scored).
+        pending: those samples.
+        is_new: the current fingerprint was not registered in the warehouse yet.
+        retries: how many of the pending samples are retries of an unscored attempt.
+    """
+
+    scorer: str
+    digest: str
+    old_digests: list[str]
+    run_ids: list[str]
+    pending: int
+    is_new: bool
+    retries: int = 0
+    written: list[RunScore] = field(default_factory=list)
+    flips: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.run_ids)
+
+    @property
+    def flipped_samples(self) -> int:
+        """Samples whose verdict flipped: `flips` has one row per (sample, older fingerprint),
+        so a sample graded under two older fingerprints is two rows but one sample."""
+        return len({(f["run_id"], f["sample_id"], f["epoch"]) for f in self.flips})
+
+
+def import_verifier_modules(modules: list[str]) -> None:
+    for mod in modules:
+        importlib.import_module(mod)
+
+
+def plan_rescore(
+    warehouse: str | Path, scorers: list[str] | None = None, *, retry_unscored: bool = False
+) -> list[RescorePlan]:
+    """For each verifier (default: every registered one that has scores), what is stale; with
+    `retry_unscored` also what is unscored for a retryable reason under its current fingerprint."""
+    from scorers.fingerprint import fingerprint
+    from scorers.registry import all_verifiers, get_verifier
+    from warehouse import Warehouse
+
+    wh = Warehouse(warehouse)
+    names = scorers if scorers is not None else sorted(all_verifiers())
+    plans = []
+    with wh.read() as con:
+        for name in names:
+            fp = fingerprint(get_verifier(name))
+            rows = con.execute(
+                "SELECT fingerprint, list(DISTINCT run_id ORDER BY run_id) FROM scores "
+                "WHERE scorer = ? AND fingerprint <> ? GROUP BY fingerprint ORDER BY fingerprint",
+                [name, fp.digest],
+            ).fetchall()
+            run_ids = {r for _, runs in rows for r in runs}
+            if retry_unscored:
+                run_ids.update(
+                    r
+                    for (r,) in con.execute(
+                        "SELECT DISTINCT run_id FROM current_scores WHERE scorer = ? "
+                        "AND fingerprint = ? AND status = 'unscored' "
+                        "AND list_contains(?::VARCHAR[], reason)",
+                        [name, fp.digest, list(RETRYABLE_REASONS)],
+                    ).fetchall()
+                )
+            known = con.execute(
+                "SELECT count(*) FROM verifiers WHERE name = ? AND fingerprint = ?",
+                [name, fp.digest],
+            ).fetchone()[0]
+            plans.append(
+                RescorePlan(name, fp.digest, [d for d, _ in rows], sorted(run_ids), 0, not known)
+            )
+    for plan in plans:
+        if plan.run_ids:
+            todo = wh.samples_to_score(
+                plan.scorer,
+                plan.digest,
+                run_ids=plan.run_ids,
+                retry="all" if retry_unscored else None,
+            )
+            # runs already re-scored keep their old rows but have nothing pending
+            plan.run_ids = sorted(set(todo.column("run_id").to_pylist()))
+            plan.pending = todo.num_rows
+            plan.retries = sum(a > 1 for a in todo.column("attempt").to_pylist())
+    return plans
+
+
+def record_current(warehouse: str | Path, plans: list[RescorePlan]) -> None:
+    """Tell the warehouse each verifier's current fingerprint (the views' "newest"), also when
+    nothing is left to re-score: a reverted verifier has every sample scored already."""
+    from warehouse import Warehouse
+
+    Warehouse(warehouse).record_current({p.scorer: p.digest for p in plans})

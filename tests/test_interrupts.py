@@ -1,0 +1,333 @@
+"""Stopping commands: SIGINT/SIGTERM stop a sweep as a whole, Ctrl-C on `score` is one line and
+loses or doubles nothing, and a killed command leaves no process or temp dir behind (the shared
+Prefect server aside, which is meant to stay). Real `gradebook` processes, signalled as a
+terminal, `timeout` or `kill -9` would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from process_kit import (
+    MARK,
+    TESTS,
+    cli_env,
+    gradebook,
+    make_log,
+    marked,
+    start_gradebook,
+    wait_for,
+    write_verifier,
+)
+
+from warehouse import Warehouse, WarehouseLocked, WarehouseMissing
+
+SLOW_TASK = textwrap.dedent(
+    '''
+    """A task whose samples take a while (a solver pauses), with a trace line per sample."""
+    import asyncio
+    import os
+
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.solver import generate, solver
+
+
+    @solver
+    def pause(seconds: float):
+        async def solve(state, generate_fn):
+            await asyncio.sleep(seconds)
+            with open(os.environ["SLOW_TASK_TRACE"], "a") as f:
+                f.write("sample\\n")
+            return state
+
+        return solve
+
+
+    @task
+    def slow(n: int = 40, seconds: float = 1.0):
+        samples = [
+            Sample(input=f"What is {i} + {2 * i}?", target=str(3 * i), id=i)
+            for i in range(1, n + 1)
+        ]
+        return Task(dataset=MemoryDataset(samples, name="slow"), solver=[pause(seconds), generate()])
+    '''
+)
+
+
+def _sweep_config(tmp: Path) -> Path:
+    (tmp / "slow_task.py").write_text(SLOW_TASK)
+    write_verifier(tmp, "quick_v")
+    cfg = tmp / "stoppable.toml"
+    cfg.write_text(
+        textwrap.dedent(
+            f"""
+            name = "stoppable"
+            log_dir = "logs"
+            warehouse = "w.duckdb"
+            verifier_modules = ["quick_v"]
+            [[models]]
+            name = "v1"
+            model = "mockllm/model"
+            args_from = "cluster_kit:mock_args"
+            [[tasks]]
+            task = "{tmp / "slow_task.py"}@slow"
+            verifiers = ["quick_v"]
+            [[tasks]]
+            task = "{TESTS / "flows_kit.py"}@arith"
+            verifiers = ["quick_v"]
+            [gates]
+            min_accuracy = 0.0
+            """
+        )
+    )
+    return cfg
+
+
+class _Lines:
+    """Collects a pipe's lines in a thread, so a test can wait for one while the process runs."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)
+        return "\n".join(self.lines)
+
+
+def _sweep_run_state(api_url: str, where: Path) -> str:
+    """State of the sweep flow run this test started: the one whose parameters name its directory
+    (the session's server also holds other tests' sweep runs, scheduled ones among them)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["sweep"])), limit=200
+        )
+    (state,) = {r.state_type.value for r in runs if str(where) in json.dumps(r.parameters)}
+    return state
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_whole_sweep_and_keeps_what_was_generated(prefect_api, tmp_path, sig):
+    cfg = _sweep_config(tmp_path)
+    trace = tmp_path / "trace"
+    env = cli_env(tmp_path, api_url=prefect_api, SLOW_TASK_TRACE=str(trace))
+    proc = start_gradebook("sweep", str(cfg), env=env, cwd=tmp_path)
+    try:
+        wait_for(
+            lambda: trace.exists() and len(trace.read_text().splitlines()) >= 3,
+            180,
+            "the first samples to be generated",
+        )
+        sent = time.monotonic()
+        # SIGTERM as `timeout`/systemd send it (to the process); SIGINT as a terminal (the group)
+        if sig == signal.SIGTERM:
+            proc.send_signal(sig)
+        else:
+            os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, err
+    assert took < 60, f"the sweep took {took:.0f}s to stop"
+    assert "Traceback" not in err, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == [
+        f"gradebook: {signal.Signals(sig).name}: stopping (again to exit at once)"
+    ]
+    # the summary has every pair with its state
+    rows = {ln.split("│")[2].strip(): ln for ln in out.splitlines() if ln.count("│") > 5}
+    assert set(rows) == {"slow", "arith"}, out
+    assert "cancelled" in rows["slow"] and "not scored" in rows["slow"]
+    assert "not started" in rows["arith"]
+    assert f"stopped by {signal.Signals(sig).name}" in out
+    # the cancelled log is in the warehouse, with the samples it got
+    with Warehouse(tmp_path / "w.duckdb").read() as con:
+        ((status, n),) = con.execute("SELECT status, n_samples FROM runs").fetchall()
+    assert status == "cancelled" and n >= 3
+    assert _sweep_run_state(prefect_api, tmp_path) == "CANCELLED"
+    assert marked(env[MARK]) == []
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_exits_at_once(prefect_api, tmp_path):
+    from warehouse_logs import reader_holding
+
+    cfg = _sweep_config(tmp_path)
+    trace = tmp_path / "trace"
+    env = cli_env(tmp_path, api_url=prefect_api, SLOW_TASK_TRACE=str(trace))
+    db = tmp_path / "w.duckdb"
+    with Warehouse(db).write():
+        pass  # the warehouse exists, so a reader can hold it
+    proc = start_gradebook("sweep", str(cfg), env=env, cwd=tmp_path)
+    err = _Lines(proc.stderr)
+    try:
+        wait_for(lambda: trace.exists(), 180, "the first sample")
+        # the first Ctrl-C's clean stop must wait for the warehouse, which a reader holds
+        with reader_holding(db):
+            os.killpg(proc.pid, signal.SIGINT)
+            wait_for(lambda: any("stopping" in ln for ln in err.lines), 60, "the first stop")
+            time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGINT)
+            sent = time.monotonic()
+            proc.wait(timeout=30)
+            took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert took < 3, f"{took:.1f}s from the second Ctrl-C to exit"
+    assert "gradebook: SIGINT again: exiting now" in err.text()
+    assert "Traceback" not in err.text()
+    wait_for(lambda: marked(env[MARK]) == [], 10, "the command's children to exit")
+
+
+def _scores(db: Path, scorer: str) -> tuple[int, int]:
+    """(score rows, distinct samples scored) for `scorer`; (-1, -1) while a writer holds it."""
+    try:
+        with Warehouse(db, lock_timeout_s=0.2).read() as con:
+            return con.execute(
+                "SELECT count(*), count(DISTINCT (run_id, sample_id, epoch)) FROM scores "
+                "WHERE scorer = ?",
+                [scorer],
+            ).fetchone()
+    except WarehouseMissing:
+        return (0, 0)
+    except WarehouseLocked:
+        return (-1, -1)
+
+
+@pytest.fixture
+def slow_stage(tmp_path):
+    """A 1,000-sample log whose verifier (slow_v) takes a few seconds in all, and its db."""
+    write_verifier(tmp_path, "slow_v", delay_s=0.01)
+    log = make_log(tmp_path / "logs", 1000, verifiers=["slow_v"])
+    return log, tmp_path / "w.duckdb"
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_score_is_one_line_and_a_rerun_scores_every_sample_once(
+    prefect_api, tmp_path, slow_stage
+):
+    log, db = slow_stage
+    env = cli_env(tmp_path, api_url=prefect_api)
+    args = ("score", str(log), "--db", str(db), "--workers", "2")
+    proc = start_gradebook(*args, env=env, preload=("slow_v",))
+    try:
+        wait_for(lambda: _scores(db, "slow_v")[0] > 0, 180, "the first scores to be written")
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert "Traceback" not in err, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == [
+        "gradebook: SIGINT: stopping (again to exit at once)"
+    ]
+    wait_for(lambda: marked(env[MARK]) == [], 10, "the grading workers and zygotes to exit")
+    written, _ = _scores(db, "slow_v")
+    assert 0 < written < 1000, "interrupted mid-stage"
+
+    again = gradebook(*args, env=env, preload=("slow_v",))
+
+    assert again.returncode == 0, again.stderr
+    assert _scores(db, "slow_v") == (1000, 1000)  # every sample once: none lost, none doubled
+
+
+@pytest.fixture(scope="module")
+def local_home(tmp_path_factory):
+    """A Prefect home for commands run without PREFECT_API_URL; its server is stopped at the
+    end."""
+    home = tmp_path_factory.mktemp("kill-home")
+    try:
+        yield home
+    finally:
+        from flows.background_server import stop_server
+
+        stop_server(home)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_its_run(
+    local_home, tmp_path, slow_stage, sig
+):
+    import json
+
+    log, db = slow_stage
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    env = cli_env(
+        tmp_path,
+        GRADEBOOK_PREFECT_HOME=str(local_home),
+        PREFECT_HOME=str(local_home),  # where any Prefect server the command starts lives
+        GRADEBOOK_PREFECT_PORT="0",
+        TMPDIR=str(tmp),
+    )
+    args = ("score", str(log), "--db", str(db), "--workers", "2")
+    proc = start_gradebook(*args, env=env, preload=("slow_v",))
+    server_pid = None
+    try:
+        wait_for(lambda: _scores(db, "slow_v")[0] > 0, 240, "the first scores to be written")
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
+        # the shared server stays, by design (its pid is in the home's record); nothing else
+        record = local_home / "gradebook-server.json"
+        server_pid = json.loads(record.read_text())["pid"] if record.exists() else None
+        wait_for(
+            lambda: set(marked(env[MARK])) <= {server_pid},
+            10,
+            "every process the command started (workers, zygotes, servers) to exit",
+        )
+        assert server_pid is not None
+        assert [p.name for p in tmp.iterdir()] == []
+
+        again = gradebook(*args, env=env, preload=("slow_v",))
+
+        assert again.returncode == 0, again.stderr
+        assert _scores(db, "slow_v") == (1000, 1000)
+        # the killed run is not left Running: Prefect's SIGTERM handling crashes it itself;
+        # after a SIGKILL the next command (the re-run) finds its process gone and marks it
+        api_url = f"http://127.0.0.1:{json.loads(record.read_text())['port']}/api"
+        rerun, killed = _score_runs(api_url)
+        assert (rerun.state_type.value, killed.state_type.value) == ("COMPLETED", "CRASHED")
+        if sig == signal.SIGKILL:
+            assert f"its process ({proc.pid} on" in killed.state.message
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in marked(env[MARK]):  # whatever a failing command left, but the shared server
+            if pid != server_pid:
+                os.kill(pid, signal.SIGKILL)
+
+
+def _score_runs(api_url: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+    from prefect.settings import temporary_settings
+
+    with temporary_settings(updates={"api.url": api_url}), get_client(sync_client=True) as c:
+        return c.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["score"])),
+            sort=FlowRunSort.START_TIME_DESC,
+            limit=2,
+        )
