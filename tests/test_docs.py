@@ -3,6 +3,7 @@ sweep-config reference names every config key."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -65,3 +66,65 @@ def test_config_reference_names_every_key() -> None:
             if field.exclude:  # not a config key (set by the loader)
                 continue
             assert name in documented, f"{model.__name__}.{name} is not in docs/reference/config.md"
+
+
+README = ROOT / "README.md"
+
+# The task file the README's config names (`evals/capitals.py@capitals`): the loader checks
+# that a task file exists, so the test writes a real one where the example expects it.
+CAPITALS_TASK = """
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.solver import generate
+
+
+@task
+def capitals() -> Task:
+    return Task(dataset=[Sample(input="Capital of France? One word.", target="Paris")], solver=generate())
+"""
+
+LOAD_README_CONFIG = """
+import sys
+from flows.config import load_config
+from scorers.grade import SampleView
+from scorers.registry import get_verifier
+
+cfg = load_config(sys.argv[1])
+print("models", [m.model for m in cfg.models])
+print("verifiers", sorted({v for t in cfg.tasks for v in t.verifiers}))
+grade = get_verifier("exact_word").grade
+print("grades", grade(SampleView("The answer is Paris.", "Paris")).value,
+      grade(SampleView("It is Lyon", "Paris")).reason, grade(SampleView("Paris", "")).status)
+"""
+
+
+def _fenced(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)
+
+
+def test_readme_config_example_loads(tmp_path: Path) -> None:
+    # The README's sweep config is loaded by the real loader (unknown keys, bad values and
+    # unknown verifiers are errors there), with the README's own verifier module importable,
+    # so neither can drift from flows/config.py or scorers.registry.
+    text = README.read_text()
+    configs = _fenced(text, "toml")
+    assert configs, "README.md has no ```toml sweep config"
+    verifier = [b for b in _fenced(text, "python") if "register(" in b]
+    assert len(verifier) == 1, "README.md should show exactly one verifier module"
+    (tmp_path / "exact_word.py").write_text(verifier[0])
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "capitals.py").write_text(CAPITALS_TASK)
+    for i, block in enumerate(configs):
+        path = tmp_path / f"readme_{i}.toml"
+        path.write_text(block)
+        result = subprocess.run(
+            [sys.executable, "-c", LOAD_README_CONFIG, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"},
+        )
+        assert result.returncode == 0, f"README.md toml block {i}: {result.stderr}"
+        assert "vllm/" in result.stdout and "openai-api/" in result.stdout  # both kinds shown
+        assert "grades 1.0 mismatch unscored" in result.stdout

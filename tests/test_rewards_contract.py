@@ -462,7 +462,8 @@ def chat(user: str) -> str:
 
 
 def test_openrlhf_file_form_loaded_by_path() -> None:
-    func = openrlhf_load_reward_func(scorers.rewards.__file__)  # what the README points at
+    # the file the RL how-to (docs/how-to/rl-rewards.md) points OpenRLHF at
+    func = openrlhf_load_reward_func(scorers.rewards.__file__)
     assert func.fingerprint == scorers.rewards.reward_func.fingerprint
     # the prompt's own worked example must not be taken for the model's answer
     prompt = chat("Example: 1+1?\nANSWER: 2\nNow: what is half of 1?")

@@ -113,7 +113,7 @@ def test_inspect_eval_loads_every_bundled_task(spec, server, tmp_path):
 
 @pytest.mark.slow
 def test_inspect_eval_and_inspect_score_grade_the_math_task(server, tmp_path):
-    # the README's command, from another directory, with the task's own scorer
+    # the documented command (docs/reference/python-api/scorers.md), from another directory, with the task's own scorer
     proc = _inspect(
         ["eval", str(ROOT / "tasks/math.py") + "@math_verified", "--model", "openai-api/local/m",
          "--limit", "4", "--display", "none", "--log-dir", str(tmp_path / "logs")],

@@ -532,7 +532,7 @@ def test_cli_ingest_sql_and_export(log, tmp_path):
     assert pq.read_table(out / "samples.parquet").num_rows == 12
     assert pq.read_table(out / "messages.parquet").num_rows == 20
     assert pq.read_table(out / "runs.parquet").column("task").to_pylist() == ["arith"]
-    # one file per documented view (the README's "one Parquet file per view"), no temp files
+    # one file per documented view (docs/reference/warehouse.md: every view as DIR/<view>.parquet), no temp files
     assert sorted(p.name for p in out.iterdir()) == [
         f"{view}.parquet"
         for view in (
