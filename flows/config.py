@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from warehouse.gate_rules import GateRules
+from gates.rules import GateRules
 
 __all__ = [
     "ClusterConfig",
@@ -420,7 +420,7 @@ def _import_verifier_modules(modules: list[str], source: Path) -> None:
                 "put its directory on PYTHONPATH"
             ) from None
         except Exception as exc:  # the module's own code failed: a bad config, not a crash
-            from flows.console import one_line
+            from flows.runtime.console import one_line
 
             raise ConfigError(
                 f"{source}: verifier_modules: importing {mod!r} raised "

@@ -10,7 +10,7 @@ reading. Graded chunks are written in batches (one Prefect task run, one transac
 while the workers go on grading. The flow's process is the only DuckDB writer (principle 8).
 
 Rows are written only under the fingerprint of the code that graded them: each grading process
-reports the fingerprint of the source it actually compiled (`scorers.loaded_code`), and a chunk
+reports the fingerprint of the source it actually compiled (`scorers.identity.loaded_code`), and a chunk
 graded by other code than the verifier's files hold (a module imported before an edit, or after
 one) is never written; the stage grades it again in fresh workers (CODE_PASSES in all).
 
@@ -36,9 +36,9 @@ import pyarrow.compute as pc
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
-from flows.console import progress_bar
 from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
-from flows.run_owner import record_owner
+from flows.runtime.console import progress_bar
+from flows.runtime.run_owner import record_owner
 from scorers.registry import Verifier, get_verifier
 from warehouse.connection import WarehouseLocked
 from warehouse.schema import RetryScope
@@ -248,7 +248,7 @@ def stream_grades(
             particular order.
         in_process: False to grade every chunk in a worker, never in this process.
         expect: the fingerprint the results will be written under (the verifier's files, as
-            `scorers.fingerprint.fingerprint` read them). A chunk graded by code that is not
+            `scorers.identity.fingerprint.fingerprint` read them). A chunk graded by code that is not
             exactly that (`fingerprint_as_loaded` of the grading process) is not emitted.
 
     Returns:
@@ -299,7 +299,7 @@ def _runs_here(verifier: Verifier, expect: str | None) -> bool:
     """Whether this process's copy of the verifier is the code `expect` names."""
     if expect is None:
         return True
-    from scorers.fingerprint import fingerprint_as_loaded
+    from scorers.identity.fingerprint import fingerprint_as_loaded
 
     fp = fingerprint_as_loaded(verifier)
     return fp is not None and fp.digest == expect
@@ -615,7 +615,7 @@ def _score_runs(
     max_attempt: int | None,
     skip_reasons: tuple[str, ...],
 ) -> list[RunScore]:
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from warehouse import Warehouse
 
     warehouse_path = wh.path

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from warehouse.gate_stats import PairedComparison
+from gates.stats import PairedComparison
 
 __all__ = [
     "EXIT_CANNOT_EVALUATE",

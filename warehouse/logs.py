@@ -29,7 +29,7 @@ from inspect_ai.log import (
     read_eval_log_sample_summaries,
 )
 
-from warehouse import eval_archive
+import warehouse.eval_archive as eval_archive
 from warehouse.log_stamps import NO_STAMP, LogStamp
 from warehouse.sample_rows import (
     BadSample,

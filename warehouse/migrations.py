@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import duckdb
 
 from warehouse.connection import WarehouseError, one
-from warehouse.gate_migrations import GATES_TABLE_SQL, PASS_AT_K_SQL
+from warehouse.gate_tables import GATES_TABLE_SQL, PASS_AT_K_SQL
 from warehouse.log_stamps import LOG_STAMP_SQL
+from warehouse.metric_views import QUERY_VIEWS_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
-from warehouse.query_migrations import QUERY_VIEWS_SQL
-from warehouse.retry_migrations import RETRY_ATTEMPTS_SQL
+from warehouse.score_attempts import RETRY_ATTEMPTS_SQL
 from warehouse.verifier_modules import VERIFIER_MODULE_SQL
 
 

@@ -24,7 +24,7 @@ stays in `wh.scores` (principle 7, append-only history).
 
 from __future__ import annotations
 
-from warehouse.query_migrations import grade_flips_view_sql, metric_views_sql
+from warehouse.metric_views import grade_flips_view_sql, metric_views_sql
 
 RETRY_ATTEMPTS_SQL = (
     """

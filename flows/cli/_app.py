@@ -5,14 +5,15 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from flows.cli_cluster import cluster_app
-from flows.cli_gate import register as register_gate_commands
-from flows.cli_pipeline import register as register_pipeline_commands
-from flows.cli_reward import reward_app
-from flows.cli_sandbox import sandbox_app
-from flows.cli_server import server_app
-from flows.cli_warehouse import register as register_warehouse_commands
-from flows.console import err_console
+from flows.cli.cluster import cluster_app
+from flows.cli.demo import register as register_demo_command
+from flows.cli.gate import register as register_gate_commands
+from flows.cli.pipeline import register as register_pipeline_commands
+from flows.cli.reward import reward_app
+from flows.cli.sandbox import sandbox_app
+from flows.cli.server import server_app
+from flows.cli.warehouse import register as register_warehouse_commands
+from flows.runtime.console import err_console
 
 app = typer.Typer(
     name="gradebook",
@@ -25,6 +26,7 @@ app = typer.Typer(
 register_warehouse_commands(app)
 register_gate_commands(app)
 register_pipeline_commands(app)
+register_demo_command(app)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(reward_app, name="reward")

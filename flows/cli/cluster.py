@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows.console import console, err_console
+from flows.runtime.console import console, err_console
 
 __all__ = ["cluster_app"]
 
@@ -29,7 +29,7 @@ def _need_api() -> str:
             "PREFECT_API_URL=http://<server>:4200/api (start it with infra/cluster/start_server.sh)"
         )
         raise typer.Exit(2)
-    from flows.server import server_healthy
+    from flows.runtime.server import server_healthy
 
     if not server_healthy(url, timeout=5.0):
         err_console.print(
@@ -50,7 +50,7 @@ def setup(
     ] = None,
 ) -> None:
     """Create the work pools, the cluster deployments and the crash automation (idempotent)."""
-    from flows.cluster_setup import setup_cluster
+    from flows.cluster.setup import setup_cluster
 
     _need_api()
     try:
@@ -79,7 +79,7 @@ def worker(
     ] = 2.0,
 ) -> None:
     """Become a Prefect process worker for POOL (replaces this process; Ctrl-C stops it)."""
-    from flows.cluster_setup import worker_command, worker_env
+    from flows.cluster.setup import worker_command, worker_env
 
     url = _need_api()
     cmd = worker_command(pool, name=name, limit=limit)

@@ -15,14 +15,17 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from flows.console import console
-from flows.envvars import environ_set
+import typer
+
+from flows.cli.pipeline import VerboseOption, _run_flow, print_gate_problems, summary_table
 from flows.mock_server import scripted_server
+from flows.runtime.console import console, quiet_prefect
+from flows.runtime.envvars import environ_set
 from warehouse.commands import command, program
 
-__all__ = ["DEMO_MODELS", "DemoTask", "demo_config", "demo_tasks", "run_demo"]
+__all__ = ["DEMO_MODELS", "DemoTask", "demo_config", "demo_tasks", "register", "run_demo"]
 
 # (model id served locally, which problems it gets wrong: index % mod == rem)
 DEMO_MODELS = {"demo-v1": (3, 0), "demo-v2": (5, 1)}
@@ -149,7 +152,6 @@ def run_demo(directory: Path) -> int:
         0 when the pipeline ran (the gate verdicts are part of the show), 2 if it could not,
         130/143 if SIGINT/SIGTERM stopped it.
     """
-    from flows.cli_pipeline import print_gate_problems, summary_table
     from flows.config import parse_config
     from flows.sweep import run_sweep
 
@@ -203,7 +205,7 @@ def run_demo(directory: Path) -> int:
             "SELECT model, task, scorer, accuracy, n_scored, n_unscored FROM run_metrics",
         ),
         command("verifiers", "--db", db),
-        "# edit a verifier (e.g. scorers/math.py), then re-grade every saved sample:",
+        "# edit a verifier (e.g. scorers/math/grader.py), then re-grade every saved sample:",
         command("rescore", "--db", db, "--dry-run"),
         command("rescore", "--db", db),
         command("sql", "--db", db, "--format", "line", "SELECT * FROM grade_flips"),
@@ -212,3 +214,20 @@ def run_demo(directory: Path) -> int:
     if any(g.log is None for g in result.generations):
         return 2
     return 0
+
+
+def demo(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the demo's logs and warehouse go.")
+    ] = Path(".gradebook/demo"),
+    verbose: VerboseOption = False,
+) -> None:
+    """End to end offline: two model versions, math + HumanEval, a warehouse, a gate."""
+    quiet_prefect(verbose)
+    code = _run_flow(verbose, lambda: run_demo(directory))
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gradebook demo` to the gradebook CLI."""
+    app.command("demo")(demo)

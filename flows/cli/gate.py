@@ -16,10 +16,10 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from flows.console import console
+from flows.runtime.console import console
 from flows.verifier_modules import ModulesOption
+from gates.rules import GateResult, GateRules
 from warehouse import DEFAULT_DB, Warehouse, WarehouseError
-from warehouse.gate_rules import GateResult, GateRules
 
 DbOption = Annotated[
     Path,
@@ -194,7 +194,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML report: history, gate verdicts, coverage, grade flips."""
     from flows.gate import current_fingerprints
-    from flows.report import write_report
+    from flows.report.summary import write_report
     from warehouse import Warehouse
 
     _load_modules(verifier_module)

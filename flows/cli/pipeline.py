@@ -1,4 +1,4 @@
-"""The pipeline commands: sweep, generate, score, rescore, verifiers, serve, demo.
+"""The pipeline commands: sweep, generate, score, rescore, verifiers, serve.
 
 Exit codes: 0 ok, 1 a gate failed, 2 bad input or environment. Errors are one line naming the
 input and what to do.
@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from flows.console import console, err_console, quiet_prefect
+from flows.runtime.console import console, err_console, quiet_prefect
 from flows.verifier_modules import ModulesOption
 
 __all__ = ["register"]
@@ -67,13 +67,13 @@ def _run_flow(
 
     `meanwhile` runs while a local Prefect server boots (checks that would otherwise wait).
     `lock_timeout`: the warehouse lock timeout for every open the flows make.
-    SIGINT and SIGTERM stop the command (flows.interrupts): exit 130 or 143.
+    SIGINT and SIGTERM stop the command (flows.runtime.interrupts): exit 130 or 143.
     """
     from flows.config import ConfigError
-    from flows.envvars import environ_set
-    from flows.interrupts import exit_code, stop_on_signals, stop_signal
-    from flows.server import PrefectServerError
-    from flows.session import PrefectUnavailable, prefect_session
+    from flows.runtime.envvars import environ_set
+    from flows.runtime.interrupts import exit_code, stop_on_signals, stop_signal
+    from flows.runtime.server import PrefectServerError
+    from flows.runtime.session import PrefectUnavailable, prefect_session
     from warehouse import WarehouseError
     from warehouse.connection import LOCK_TIMEOUT_ENV
 
@@ -252,7 +252,7 @@ def sweep(
 
 
 def _print_stopped(result: Any) -> None:
-    from flows.interrupts import signal_name
+    from flows.runtime.interrupts import signal_name
 
     logs = [g.log for g in result.generations if g.log]
     console.print(
@@ -279,7 +279,7 @@ def generate(
         table.add_row(g.model, g.task, str(g.samples), str(g.errored), g.status,
                       g.log or f"[red]{g.error or '–'}[/red]")  # fmt: skip
     console.print(table)
-    from flows.interrupts import exit_code, stop_signal
+    from flows.runtime.interrupts import exit_code, stop_signal
 
     if stop_signal() is not None:
         raise typer.Exit(exit_code(stop_signal()))
@@ -448,7 +448,7 @@ def verifiers(
 ) -> None:
     """List verifiers: name, current fingerprint, label, first seen, samples graded."""
     from flows.verifier_modules import unloaded_verifiers
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import all_verifiers
     from warehouse import Warehouse, WarehouseError
 
@@ -521,21 +521,7 @@ def serve(
     raise typer.Exit(code)
 
 
-def demo(
-    directory: Annotated[
-        Path, typer.Option("--dir", help="Where the demo's logs and warehouse go.")
-    ] = Path(".gradebook/demo"),
-    verbose: VerboseOption = False,
-) -> None:
-    """End to end offline: two model versions, math + HumanEval, a warehouse, a gate."""
-    quiet_prefect(verbose)
-    from flows.demo import run_demo
-
-    code = _run_flow(verbose, lambda: run_demo(directory))
-    raise typer.Exit(code)
-
-
 def register(app: typer.Typer) -> None:
     """Add the pipeline commands to the gradebook CLI."""
-    for fn in (sweep, generate, score, rescore, verifiers, serve, demo):
+    for fn in (sweep, generate, score, rescore, verifiers, serve):
         app.command(fn.__name__)(fn)

@@ -51,8 +51,8 @@ def serve(
     Point OpenRLHF at it with `--reward.remote_url http://HOST:PORT/` (several URLs split a
     batch). GET /health reports the verifier and its fingerprint.
     """
-    from flows.reward_server import RewardServer, ServerLimits
     from scorers.rewards import openrlhf_reward, warm_up
+    from scorers.rewards.server import RewardServer, ServerLimits
 
     params: dict[str, object] = {}
     if answer_pattern:
@@ -66,7 +66,7 @@ def serve(
     if connections < 1:
         raise _fail(f"--connections must be at least 1, not {connections}")
     if verifier == "unit_tests":
-        from scorers.sandbox import sandbox_down
+        from scorers.sandbox.pool import sandbox_down
 
         down = sandbox_down()
         if down:

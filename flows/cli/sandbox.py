@@ -20,7 +20,7 @@ def build(
     force: Annotated[bool, typer.Option(help="Rebuild even when the recipe's tag exists.")] = False,
 ) -> None:
     """Build the sandbox image (debootstrap + docker import), tagged by the recipe's hash."""
-    from scorers.sandbox_image import RECIPE_DIR, ImageBuildError, build_image
+    from scorers.sandbox.image import RECIPE_DIR, ImageBuildError, build_image
 
     try:
         tag, built = build_image(recipe or RECIPE_DIR, force=force)
@@ -50,6 +50,6 @@ def reap() -> None:
     """Remove sandbox containers left by scorer processes that no longer run."""
     import docker
 
-    from scorers.sandbox import reap_orphans
+    from scorers.sandbox.pool import reap_orphans
 
     typer.echo(f"removed {reap_orphans(docker.from_env())} leftover container(s)")

@@ -1,6 +1,6 @@
 """`gradebook server start|stop|status`: the local Prefect server gradebook commands share.
 
-Commands that run flows start it themselves when none is up (flows.background_server); these
+Commands that run flows start it themselves when none is up (flows.runtime.background_server); these
 commands start it ahead of time, stop it, and say where its UI, process and database are.
 """
 
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from flows.console import console, err_console
+from flows.runtime.console import console, err_console
 
 if TYPE_CHECKING:
-    from flows.background_server import ServerInfo
+    from flows.runtime.background_server import ServerInfo
 
 __all__ = ["server_app"]
 
@@ -42,7 +42,7 @@ def _api_url_note() -> None:
 
 
 def _show(info: ServerInfo | None, as_json: bool, state: str) -> None:
-    from flows.background_server import describe
+    from flows.runtime.background_server import describe
 
     facts = describe(info) if info is not None else {}
     if as_json:
@@ -56,8 +56,8 @@ def _show(info: ServerInfo | None, as_json: bool, state: str) -> None:
 @server_app.command("start")
 def start() -> None:
     """Start the local Prefect server now (a no-op if it is up); it keeps running."""
-    from flows.background_server import ensure_server
-    from flows.server import PrefectServerError
+    from flows.runtime.background_server import ensure_server
+    from flows.runtime.server import PrefectServerError
 
     try:
         info = ensure_server()
@@ -72,8 +72,8 @@ def start() -> None:
 @server_app.command("stop")
 def stop() -> None:
     """Stop the local Prefect server (its run history stays in its database)."""
-    from flows.background_server import prefect_home, stop_server
-    from flows.server import PrefectServerError
+    from flows.runtime.background_server import prefect_home, stop_server
+    from flows.runtime.server import PrefectServerError
 
     try:
         info = stop_server()
@@ -90,7 +90,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Is the local Prefect server up: its UI URL, PID, uptime and database."""
-    from flows.background_server import find_server, leftover, prefect_home
+    from flows.runtime.background_server import find_server, leftover, prefect_home
 
     info = find_server()
     if info is not None:
@@ -103,7 +103,7 @@ def status(
     old = leftover()
     if old is not None:
         if not as_json:
-            from flows.background_server import current_key
+            from flows.runtime.background_server import current_key
 
             if not old.alive():
                 why = "its process is gone"

@@ -12,8 +12,8 @@ from typing import Annotated
 import duckdb
 import typer
 
-from flows.console import console
-from flows.sql_print import OutputFormat, print_rows
+from flows.cli.sql_print import OutputFormat, print_rows
+from flows.runtime.console import console
 from warehouse import DEFAULT_DB, Warehouse, WarehouseError
 
 DbOption = Annotated[

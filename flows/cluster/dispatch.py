@@ -11,7 +11,7 @@ CPU workers stage there with `Warehouse.load_staged` (idempotent).
 Every dispatch carries an idempotency key derived from the sweep's flow run and the work itself,
 so a dispatcher that is retried by Prefect gets the same flow runs back instead of new ones. A
 run that ends Crashed (its worker host died: Prefect's heartbeat automation says so, see
-`flows.cluster_setup`) or Failed is dispatched again under a new attempt number, up to
+`flows.cluster.setup`) or Failed is dispatched again under a new attempt number, up to
 `[cluster] chunk_retries` times; a chunk graded twice is loaded once.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows.cluster_setup import CLUSTER_TAG, GENERATE_FLOW, SCORE_FLOW, deployment_name
-from flows.cluster_work import read_manifest
+from flows.cluster.setup import CLUSTER_TAG, GENERATE_FLOW, SCORE_FLOW, deployment_name
+from flows.cluster.work import read_manifest
 from flows.config import ClusterConfig, ConfigError, ModelConfig, SweepConfig
 from flows.generate import GenerationResult
 from flows.score import RunScore
@@ -304,7 +304,7 @@ def dispatch_scoring(
     """
     import pyarrow as pa
 
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import get_verifier
     from warehouse import Warehouse
 
@@ -409,7 +409,7 @@ def _cluster(cfg: SweepConfig) -> ClusterConfig:
 
 def print_report(report: DispatchReport) -> None:
     """Per-stage status lines under the sweep's summary table."""
-    from flows.console import console
+    from flows.runtime.console import console
 
     for stage, counts in report.summary().items():
         if not counts["units"]:

@@ -35,7 +35,7 @@ __all__ = [
     "worker_env",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 GENERATE_FLOW, SCORE_FLOW = "cluster-generate", "cluster-score"
 DEFAULT_POOLS = {"gpu": GENERATE_FLOW, "cpu": SCORE_FLOW}
 CLUSTER_TAG = "gradebook-cluster"
@@ -47,8 +47,8 @@ CRASH_AFTER_S = 75
 POLL_S = 2.0
 
 _ENTRYPOINTS = {
-    GENERATE_FLOW: "flows/cluster_work.py:cluster_generate",
-    SCORE_FLOW: "flows/cluster_work.py:cluster_score",
+    GENERATE_FLOW: "flows/cluster/work.py:cluster_generate",
+    SCORE_FLOW: "flows/cluster/work.py:cluster_score",
 }
 
 

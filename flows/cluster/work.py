@@ -1,7 +1,7 @@
 """The flows a cluster's workers run: generation on a `gpu` pool, one score chunk on a `cpu` pool.
 
 They are deployed from the source tree by `gradebook cluster setup` and started by
-`flows.dispatch` with `run_deployment`. Principle 8: nothing here opens the DuckDB file. A
+`flows.cluster.dispatch` with `run_deployment`. Principle 8: nothing here opens the DuckDB file. A
 generate run writes its .eval logs plus a small JSON manifest of what it produced into the shared
 log dir; a score run reads its chunk of samples from a Parquet file the dispatcher staged, grades
 them, and stages the score rows as one Parquet file for the single ingest step that runs next to
@@ -117,7 +117,7 @@ def score_chunk(
         grade_batch,
         scores_table,
     )
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import get_verifier
     from warehouse import stage_scores
 

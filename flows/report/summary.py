@@ -1,6 +1,6 @@
 """`gradebook report`: read the warehouse views and write one self-contained HTML report.
 
-The queries are here; the rendering is flows/report_html.py. Only documented views are read
+The queries are here; the rendering is flows/report/html.py. Only documented views are read
 (runs, score_history, fingerprint_order, fingerprint_changes, latest_gates, run_metrics,
 grade_flips), so the report shows exactly what a user gets from SQL. "Newest" fingerprint is
 `fingerprint_order.newest`: the current code's, as the gate uses.
@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from flows.report_html import (
+from flows.report.html import (
     CoverageRow,
     FingerprintChange,
     FlipRow,

@@ -4,7 +4,7 @@ Without PREFECT_API_URL, the first command that runs a flow starts Prefect's own
 (`prefect server start --background`, which writes the server's pid to PREFECT_HOME/server.pid,
 the file `prefect server stop` reads too), bound to 127.0.0.1, in gradebook's own Prefect home.
 It outlives the command: later commands find it and pay a health check instead of its start.
-`gradebook server start|stop|status` manage it (flows/cli_server.py).
+`gradebook server start|stop|status` manage it (flows/cli/server.py).
 
 Beside Prefect's pid file gradebook keeps a record, `gradebook-server.json`: the port, when the
 process started (a pid alone may name another process once the first is gone) and the versions
@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows.procs import alive, environ_of, group_members, kill_group, start_ticks, wait_gone
-from flows.server import PrefectServerError, free_port, quiet_env, server_healthy, warm_up
+from flows.runtime.procs import alive, environ_of, group_members, kill_group, start_ticks, wait_gone
+from flows.runtime.server import PrefectServerError, free_port, quiet_env, server_healthy, warm_up
 
 __all__ = [
     "STARTUP_TIMEOUT_S",
@@ -94,7 +94,7 @@ class ServerInfo:
         home: its PREFECT_HOME.
         port: the port it listens on, on 127.0.0.1.
         pid: its process (None while its launcher runs).
-        ticks: when that process started (`flows.procs.start_ticks`).
+        ticks: when that process started (`flows.runtime.procs.start_ticks`).
         key: `current_key()` as it was when it started; None for a server gradebook did not
             start (`prefect server start --background` in a PREFECT_HOME the user chose).
         database: its database (a file, or the setting that names it).

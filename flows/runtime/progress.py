@@ -13,7 +13,7 @@ from typing import Any
 from inspect_ai.hooks import Hooks, SampleEnd, TaskStart, hooks
 from rich.progress import Progress, TaskID
 
-from flows.console import progress_bar
+from flows.runtime.console import progress_bar
 
 __all__ = ["generation_progress", "quiet_hook_banner"]
 

@@ -5,7 +5,7 @@ Every gradebook flow labels its run, as it starts running, with the process runn
 killed (SIGKILL, OOM, a machine that went down) never reports an end; the next gradebook command
 that talks to Prefect (`settle_orphaned_runs`) finds runs still Running or Cancelling whose
 process on this host is gone and marks them Crashed (Cancelled for those being cancelled).
-Runs of other hosts are left to Prefect's own heartbeat automation (flows/cluster_setup.py).
+Runs of other hosts are left to Prefect's own heartbeat automation (flows/cluster/setup.py).
 
 A flow run that `gradebook serve` started (a subprocess of its Prefect runner) also asks the
 kernel to stop it when the runner exits, so a runner killed outright leaves no flow run working
@@ -19,7 +19,7 @@ import signal
 from collections.abc import Collection
 from typing import Any
 
-from flows.procs import ProcessId, die_with_parent, this_process
+from flows.runtime.procs import ProcessId, die_with_parent, this_process
 
 __all__ = ["OWNER_LABEL", "RUNNER_PID_ENV", "record_owner", "settle_orphaned_runs"]
 

@@ -2,7 +2,7 @@
 
 `local_server` runs `prefect server start` for the duration of a `with` block: the tests' one
 server per session and the benchmarks use it. The CLI's commands share one detached server
-instead (flows.background_server). Prefect's own fallback, a temporary server started inside the
+instead (flows.runtime.background_server). Prefect's own fallback, a temporary server started inside the
 first flow call, costs 9-21 s per process on this machine, runs no schedules and prints
 telemetry tracebacks.
 """
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from flows.procs import parent_death_preexec
+from flows.runtime.procs import parent_death_preexec
 
 __all__ = [
     "PrefectServerError",

@@ -1,13 +1,13 @@
 """Which Prefect API the CLI's flow runs talk to.
 
 `PREFECT_API_URL` set: that server (it must answer). Not set: the local server that gradebook
-commands share (flows.background_server), started by the first command that needs one and
+commands share (flows.runtime.background_server), started by the first command that needs one and
 reused by the later ones; the command that starts it says so in one line, with how to stop it.
 Prefect's own temporary server would cost its start-up in every command, prints start/stop
 lines and shutdown tracebacks into the terminal, and cannot run schedules.
 
 On the way in, runs that a killed gradebook process left Running are marked Crashed
-(flows.run_owner).
+(flows.runtime.run_owner).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flows.server import server_healthy
+from flows.runtime.server import server_healthy
 
 __all__ = ["PrefectUnavailable", "in_process_settings", "prefect_session"]
 
@@ -33,8 +33,8 @@ def in_process_settings() -> dict[str, Any]:
     joins it on exit, which costs up to a second per flow and subflow run (an empty flow run:
     1.2 s with heartbeats, 0.1-0.2 s without, measured against a local server). Heartbeats let
     an automation mark the runs of a dead worker Crashed; cluster deployments turn them on in
-    their job env (flows/cluster_setup.py), and a run in this process that is killed is marked
-    Crashed by the next command instead (flows.run_owner). An explicit
+    their job env (flows/cluster/setup.py), and a run in this process that is killed is marked
+    Crashed by the next command instead (flows.runtime.run_owner). An explicit
     PREFECT_FLOWS_HEARTBEAT_FREQUENCY is respected.
     """
     if {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY"} & set(
@@ -52,11 +52,11 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
 
     Raises:
         PrefectUnavailable: PREFECT_API_URL is set but nothing answers there.
-        flows.server.PrefectServerError: the local server could not be started.
+        flows.runtime.server.PrefectServerError: the local server could not be started.
     """
     from prefect.settings import temporary_settings
 
-    from flows.envvars import environ_set
+    from flows.runtime.envvars import environ_set
 
     url = os.environ.get("PREFECT_API_URL")
     if url:
@@ -72,11 +72,11 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
             yield url
         return
 
-    from flows.background_server import ensure_server
+    from flows.runtime.background_server import ensure_server
 
     info = ensure_server(meanwhile=meanwhile)
     if info.started_here:
-        from flows.console import err_console
+        from flows.runtime.console import err_console
 
         err_console.print(
             f"gradebook: started a local Prefect server for this and later commands "
@@ -96,7 +96,7 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
 
 
 def _settle_orphans() -> None:
-    from flows.run_owner import settle_orphaned_runs
+    from flows.runtime.run_owner import settle_orphaned_runs
 
     try:
         settle_orphaned_runs()

@@ -2,7 +2,7 @@
 
 Extraction (`extract_code`) and verification (`run_unit_tests`) are separate: a score's
 explanation tells "no code found" from "tests failed" from "tests passed". The verdict is the
-trusted harness's own (see `scorers/_harness.py`): nothing the submission prints, patches or
+trusted harness's own (see `scorers/sandbox/_harness.py`): nothing the submission prints, patches or
 returns can make it read as passed. Without Docker the sample is unscored with reason
 "sandbox_unavailable"; code is never run on the host.
 """
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from scorers.grade import Grade, SampleView, scored, unscored
 from scorers.registry import Verifier, register
-from scorers.sandbox import SandboxUnavailable, default_pool
-from scorers.sandbox_image import ImageBuildError, image_tag
+from scorers.sandbox.image import ImageBuildError, image_tag
+from scorers.sandbox.pool import SandboxUnavailable, default_pool
 
 TestStatus = Literal["passed", "failed", "timeout", "error", "no_code", "sandbox_unavailable"]
 DETAIL_CAP = 2000
@@ -166,13 +166,3 @@ register(
         label="unit tests in the Docker sandbox (harness/submission split by uid)",
     )
 )
-
-
-def __getattr__(name: str) -> Any:
-    # The Inspect @scorer wrapper lives in its own module: importing the verifier core (as the
-    # scoring stage's workers do) must not cost Inspect's second of imports.
-    if name == "unit_test_scorer":
-        from scorers.code_scorer import unit_test_scorer
-
-        return unit_test_scorer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

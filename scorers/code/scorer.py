@@ -10,7 +10,7 @@ import anyio
 from inspect_ai.scorer import Score, Scorer, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState
 
-from scorers.code import grade_unit_tests
+from scorers.code.grader import grade_unit_tests
 from scorers.grade import SampleView
 
 __all__ = ["unit_test_scorer"]

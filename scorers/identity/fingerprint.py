@@ -7,16 +7,16 @@ name of its grade function, and the installed versions of the third-party distri
 modules import. Standard-library modules count as part of the interpreter and are not hashed.
 
 The closure starts at the verifier's module and at the modules its helper processes preload
-(`Verifier.helpers`: the math verifier's sympy comparisons run in `scorers._symbolic`, which it
+(`Verifier.helpers`: the math verifier's sympy comparisons run in `scorers.math._symbolic`, which it
 names but does not import). "Project" modules are those whose file lies under the repository root
 (the directory holding the `scorers` package) or under the directory of a root's top-level
 package, and not inside an installed environment (site-packages). Per-module work is cached on the
-module's name and the sha256 of its bytes, in the process and on disk (scorers.fingerprint_cache),
+module's name and the sha256 of its bytes, in the process and on disk (scorers.identity.cache),
 so a repeat call, even from a new process, costs a read and a hash per module.
 
 Two sources for a module's bytes: `fingerprint` reads the files as they are now (the code a fresh
 import would run); `fingerprint_as_loaded` uses the bytes this process (and the helper processes
-it used) actually compiled, as `scorers.loaded_code` recorded them, so a grading process can say
+it used) actually compiled, as `scorers.identity.loaded_code` recorded them, so a grading process can say
 which code produced its verdicts.
 """
 
@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scorers import loaded_code
-from scorers.fingerprint_cache import ENV_DIRS, FingerprintCache, file_key, sys_path_stamp
+from scorers.identity import loaded_code
+from scorers.identity.cache import ENV_DIRS, FingerprintCache, file_key, sys_path_stamp
 from scorers.registry import Verifier
 
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ _AS_LOADED_LOCK = threading.Lock()
 
 def fingerprint_as_loaded(verifier: Verifier) -> VerifierFingerprint | None:
     """The fingerprint of the verifier's code as this process and its helper processes compiled
-    it (`scorers.loaded_code`); modules of the closure that nothing here has imported count as
+    it (`scorers.identity.loaded_code`); modules of the closure that nothing here has imported count as
     their files are now, since no code of theirs ran.
 
     Equal to `fingerprint(verifier)` exactly when what ran here is what the files hold now.

@@ -7,9 +7,9 @@ Python installation and its environments (the project, a user's verifier directo
 `_RecordingLoader`, which reads the file's bytes once, records them, and runs exactly those bytes
 (from a `.pyc` only when it is a hash-checked one of those very bytes, never from a
 timestamp-checked one, which may belong to other bytes of the same size and second).
-`scorers.fingerprint.fingerprint_as_loaded` then hashes the recorded bytes.
+`scorers.identity.fingerprint.fingerprint_as_loaded` then hashes the recorded bytes.
 
-Helper processes (the zygotes of `scorers.zygote`, which run part of a verifier's code, e.g. the
+Helper processes (the zygotes of `scorers.workers.zygote`, which run part of a verifier's code, e.g. the
 math verifier's sympy comparisons) record their own imports and report them to the process that
 uses them (`note_helper_sources`), so what they ran counts too. The same module loaded with
 different bytes by this process and a helper, or by two helpers, is a conflict: nothing can
@@ -49,7 +49,7 @@ __all__ = [
     "version",
 ]
 
-NAME = "scorers.loaded_code"
+NAME = "scorers.identity.loaded_code"
 _ENV_MARKERS = ("site-packages", "dist-packages")
 
 # name -> (path, sha256 hex, bytes)
@@ -100,7 +100,7 @@ class _RecordingLoader(importlib.machinery.SourceFileLoader):
         path = self.get_filename(fullname)
         data = self.get_data(path)
         _record(fullname, path, data)
-        self.recorded_source = data  # read by scorers.sandbox for the harness it ships
+        self.recorded_source = data  # read by scorers.sandbox.pool for the harness it ships
         return _code_of(self, data, path)
 
     def exec_module(self, module: Any) -> None:

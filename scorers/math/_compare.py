@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from scorers._mathparse import LimitExceeded
+from scorers.math._parse import LimitExceeded
 
 MAX_EXPONENT = 10_000
 MAX_RESULT_BITS = 200_000

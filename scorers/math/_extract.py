@@ -17,7 +17,7 @@ Strategies are tried in order and the first that finds something wins. Built-in 
     whole         the entire text, when it is short and parses as an answer by itself
     last_number   the last number (or simple fraction) in the text
 Any other string is a regular expression with one group, matched line by line from the end.
-Whatever a strategy finds is returned without its presentation (scorers._mathparse's
+Whatever a strategy finds is returned without its presentation (scorers.math._parse's
 `strip_presentation`: heading, emphasis markers, display delimiters around the value).
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from scorers._mathparse import HEADING, UNIT_WORDS, strip_presentation
+from scorers.math._parse import HEADING, UNIT_WORDS, strip_presentation
 
 DEFAULT_PATTERNS: tuple[str, ...] = ("answer_line", "boxed", "gsm8k", "final_line")
 # Tail scanned by the free-text strategies: a final answer sits at the end of a completion,
@@ -322,7 +322,7 @@ def _last_math(text: str) -> str | None:
 
 
 def _whole(text: str) -> str | None:
-    from scorers._mathparse import ParseError, parse_answer
+    from scorers.math._parse import ParseError, parse_answer
 
     if len(text) > 300 or "\n" in text.strip():
         return None

@@ -14,7 +14,7 @@ Tree nodes (tuples, first item is the kind):
     ("tuple", [nodes]) ("set", [nodes]) ("list", [nodes])   list = bare comma list
     ("interval", lo, hi, lo_closed, hi_closed) ("union", [nodes]) ("matrix", [[nodes]])
     ("rel", [ops], [nodes])      chained relation, ops in = < <= > >= != ~ in
-    ("percent", x)               x written with % (or "percent"): see scorers._compare
+    ("percent", x)               x written with % (or "percent"): see scorers.math._compare
     ("ratio", [nodes])           a:b
     ("bigop", "sum"|"prod", var, lo, hi, body)   \\sum_{var=lo}^{hi} body, never evaluated
     ("text", words)              a textual answer, normalised

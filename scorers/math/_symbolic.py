@@ -1,6 +1,6 @@
 """The symbolic path: parsed trees to sympy objects, compared in a killable worker process.
 
-Trees come from scorers._mathparse, never from raw text, so sympy's string parsers (which call
+Trees come from scorers.math._parse, never from raw text, so sympy's string parsers (which call
 eval) are never involved. Constructors get only numbers, names we choose and other sympy
 objects. Power and factorial sizes are checked before building, and the caller runs this module
 in a worker process it kills on timeout, because sympy's simplification has no time bound.
@@ -14,8 +14,14 @@ from fractions import Fraction
 import sympy
 from sympy import Rational, Symbol
 
-from scorers._compare import MAX_EXPONENT, MAX_FACTORIAL, Comparator, ExactComparator, NeedSymbolic
-from scorers._mathparse import LimitExceeded
+from scorers.math._compare import (
+    MAX_EXPONENT,
+    MAX_FACTORIAL,
+    Comparator,
+    ExactComparator,
+    NeedSymbolic,
+)
+from scorers.math._parse import LimitExceeded
 
 _CONST = {"pi": sympy.pi, "oo": sympy.oo, "e": sympy.E, "i": sympy.I}
 _FUNCS = {

@@ -4,9 +4,9 @@ Extraction (`extract_answer`) and verification (`verify` / `is_correct`) are sep
 functions; `grade_math` joins them into the `Grade` that the Inspect scorer, the scoring stage
 and the RL reward (`scorers.rewards.math_reward`) all use.
 
-Verification parses both strings with a non-evaluating parser (scorers._mathparse). Answers
+Verification parses both strings with a non-evaluating parser (scorers.math._parse). Answers
 made of rational numbers are compared exactly as fractions in-process, without sympy. Anything
-symbolic is compared with sympy in a killable worker process (scorers.bounded) under a hard
+symbolic is compared with sympy in a killable worker process (scorers.workers.bounded) under a hard
 deadline, so no input can hold a caller longer than `timeout_s`.
 """
 
@@ -16,14 +16,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from scorers._compare import ExactComparator, NeedSymbolic
-from scorers._extract import DEFAULT_PATTERNS, extract_answer
-from scorers._mathparse import LimitExceeded, ParseError, parse_answer
-from scorers.bounded import WorkerFailed, WorkerTimeout, shared_pool
 from scorers.grade import Grade, SampleView, deferred, scored, unscored
+from scorers.math._compare import ExactComparator, NeedSymbolic
+from scorers.math._extract import DEFAULT_PATTERNS, extract_answer
+from scorers.math._parse import LimitExceeded, ParseError, parse_answer
 from scorers.registry import Verifier, register
+from scorers.workers.bounded import WorkerFailed, WorkerTimeout, shared_pool
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -37,9 +37,9 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 2.0
-_SYMBOLIC_MODULES = ("scorers._symbolic",)
+_SYMBOLIC_MODULES = ("scorers.math._symbolic",)
 # Named, not imported: only the workers load sympy (seconds of import, charged to no caller).
-_COMPARE_SYMBOLIC = "scorers._symbolic:compare_symbolic"
+_COMPARE_SYMBOLIC = "scorers.math._symbolic:compare_symbolic"
 
 Reason = Literal[
     "verified_equal",
@@ -238,13 +238,3 @@ register(
         helpers=(_SYMBOLIC_MODULES,),
     )
 )
-
-
-def __getattr__(name: str) -> Any:
-    # The Inspect @scorer wrapper lives in its own module: importing the verifier core (as the
-    # scoring stage's workers and the RL reward do) must not cost Inspect's seconds of imports.
-    if name == "math_verifier":
-        from scorers.math_scorer import math_verifier
-
-        return math_verifier
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from inspect_ai.scorer import Score, Scorer, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState
 
 from scorers.grade import SampleView
-from scorers.math import DEFAULT_PATTERNS, DEFAULT_TIMEOUT_S, grade_math
+from scorers.math.grader import DEFAULT_PATTERNS, DEFAULT_TIMEOUT_S, grade_math
 
 __all__ = ["math_verifier"]
 
@@ -25,7 +25,7 @@ def math_verifier(
     """Inspect scorer: extract the final answer and verify it against the target.
 
     Args:
-        answer_patterns: extraction strategies or regexes (see scorers._extract); default
+        answer_patterns: extraction strategies or regexes (see scorers.math._extract); default
             ANSWER line, then \\boxed{}, then `####`.
         timeout_s: hard limit per verification; a timeout is unscored with reason "timeout".
     """

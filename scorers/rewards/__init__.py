@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from scorers._rewards_core import RewardSpec
-from scorers._rewards_openrlhf import UNSCORED_REWARD, OpenRLHFReward, openrlhf_reward, reward_func
-from scorers._rewards_trl import AsyncTRLReward, TRLReward, trl_reward
-from scorers._rewards_verl import UNSCORED_SCORE, compute_score, compute_score_batch
 from scorers.grade import SampleView
 from scorers.math import DEFAULT_PATTERNS, DEFAULT_TIMEOUT_S, grade_math
+from scorers.rewards._core import RewardSpec
+from scorers.rewards.openrlhf import UNSCORED_REWARD, OpenRLHFReward, openrlhf_reward, reward_func
+from scorers.rewards.trl import AsyncTRLReward, TRLReward, trl_reward
+from scorers.rewards.verl import UNSCORED_SCORE, compute_score, compute_score_batch
 
 __all__ = [
     "UNSCORED_REWARD",
@@ -57,7 +57,7 @@ def warm_up(verifier: str = "math", **params: Any) -> None:
     time limit: start the verifier's helper workers (math: the sympy worker pool, seconds) and
     compute its fingerprint. A trainer calls it once per worker process (a forked child
     inherits both)."""
-    from scorers.bounded import shared_pool
+    from scorers.workers.bounded import shared_pool
 
     spec = RewardSpec.make(verifier, params, who="warm_up")
     for preload in spec.grader.helpers:

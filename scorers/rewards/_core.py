@@ -118,7 +118,7 @@ class RewardSpec:
         would only wait for a worker, charged to their limits), else one per core."""
         helpers = self.grader.helpers
         if helpers:
-            from scorers.bounded import shared_pool
+            from scorers.workers.bounded import shared_pool
 
             return shared_pool(helpers[0]).size
         return os.cpu_count() or 1
@@ -167,7 +167,7 @@ def _fingerprint(name: str, params_json: str) -> str:
     key = (name, params_json)
     with _FP_LOCK:
         if key not in _FINGERPRINTS:
-            from scorers.fingerprint import fingerprint
+            from scorers.identity.fingerprint import fingerprint
 
             verifier = _verifier(name)
             params = {**verifier.params, **json.loads(params_json)}

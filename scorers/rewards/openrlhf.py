@@ -15,7 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scorers._rewards_core import (
+from scorers.grade import Grade
+from scorers.rewards._core import (
     Item,
     RewardSpec,
     grade_all,
@@ -24,7 +25,6 @@ from scorers._rewards_core import (
     target_of,
     tests_of,
 )
-from scorers.grade import Grade
 
 __all__ = ["UNSCORED_REWARD", "OpenRLHFReward", "openrlhf_reward", "response_of", "reward_func"]
 

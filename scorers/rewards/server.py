@@ -29,9 +29,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from scorers._rewards_core import Item, grade_now
-from scorers._rewards_openrlhf import OpenRLHFReward
 from scorers.grade import Grade
+from scorers.rewards._core import Item, grade_now
+from scorers.rewards.openrlhf import OpenRLHFReward
 
 __all__ = ["BadRequest", "RewardServer", "ServerLimits"]
 

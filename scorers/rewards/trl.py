@@ -16,7 +16,8 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from scorers._rewards_core import (
+from scorers.grade import Grade
+from scorers.rewards._core import (
     Item,
     RewardSpec,
     completion_text,
@@ -25,7 +26,6 @@ from scorers._rewards_core import (
     reward_value,
     target_of,
 )
-from scorers.grade import Grade
 
 __all__ = ["AsyncTRLReward", "TRLReward", "trl_reward"]
 

@@ -16,7 +16,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scorers._rewards_core import (
+from scorers.grade import Grade
+from scorers.rewards._core import (
     Item,
     RewardSpec,
     grade_all,
@@ -26,7 +27,6 @@ from scorers._rewards_core import (
     target_of,
     tests_of,
 )
-from scorers.grade import Grade
 
 __all__ = ["UNSCORED_SCORE", "compute_score", "compute_score_batch"]
 

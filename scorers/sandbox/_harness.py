@@ -14,7 +14,7 @@ Trust is split by process and uid (see the README (Sandbox) for the threat model
   the harness. Exiting early, crashing or hanging leaves a call unanswered: not passed.
 - ``janitor`` (uid SANDBOX): after a run, kills every process of the submission uid, wipes the
   work dir and the uid's SysV IPC objects, and prints CLEAN only when nothing is left.
-The container's main process (under tini, uid HARNESS) is a watchdog (`scorers.sandbox`) that
+The container's main process (under tini, uid HARNESS) is a watchdog (`scorers.sandbox.pool`) that
 exits when its owner's end of its stdin closes, so a host process that dies, even by SIGKILL,
 takes its containers with it. The per-test wall-clock limit holds inside the container too: the harness server waits for each
 test's harness at most ``limit_s`` (the host's limit plus a margin) and then ends the whole

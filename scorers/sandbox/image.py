@@ -20,7 +20,7 @@ IMAGE_REPOSITORY = "gradebook-sandbox"
 # The repository root when the project is installed editable (the only way it is installed).
 # A checkout keeps the recipe in infra/sandbox/; a wheel carries the same files inside the package
 # (pyproject's force-include), so an installed gradebook builds the same image.
-_CHECKOUT_RECIPE = Path(__file__).resolve().parents[1] / "infra" / "sandbox"
+_CHECKOUT_RECIPE = Path(__file__).resolve().parents[2] / "infra" / "sandbox"
 RECIPE_DIR = (
     _CHECKOUT_RECIPE
     if _CHECKOUT_RECIPE.is_dir()

@@ -7,7 +7,7 @@ Every container is created network-less, with a read-only root filesystem, a siz
 work dir, memory (= memory+swap), pids and CPU caps, all capabilities dropped,
 no-new-privileges, a non-root user and tini as PID 1 (so killed processes are reaped). A pool
 keeps a few such containers started, each with two long-lived processes started by `docker
-exec` under different uids (see `scorers/_harness.py`): the trusted harness server and the
+exec` under different uids (see `scorers/sandbox/_harness.py`): the trusted harness server and the
 submission zygote. One test costs two forks, not a container: the harness server forks a fresh
 harness that holds the tests, the zygote forks the submission; afterwards the zygote kills every
 process of the submission uid and wipes the work dir and IPC objects. A container whose run
@@ -40,13 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from scorers import _harness
-from scorers.sandbox_image import ImageBuildError, image_tag, sandbox_users
+import scorers.sandbox._harness as _harness
+from scorers.sandbox.image import ImageBuildError, image_tag, sandbox_users
 
 LABEL = "gradebook.sandbox"
 OWNER_LABEL = "gradebook.owner"
 # The harness the containers run is the source this process imported (and fingerprinted), not
-# the file as it reads later; recorded by scorers.loaded_code when the import was recorded.
+# the file as it reads later; recorded by scorers.identity.loaded_code when the import was recorded.
 HARNESS_SOURCE = (
     getattr(_harness.__spec__.loader, "recorded_source", None)
     or Path(_harness.__file__).read_bytes()
@@ -71,7 +71,7 @@ def engine_with_image(image: str | None = None, client: Any = None) -> tuple[Any
     needs before it starts a container, so it is also the check that the sandbox is up.
 
     Args:
-        image: image tag; the recipe's hash tag (see `scorers.sandbox_image`) when None.
+        image: image tag; the recipe's hash tag (see `scorers.sandbox.image`) when None.
         client: a `docker.DockerClient`; one from the environment when None.
 
     Raises:
@@ -351,7 +351,7 @@ class SandboxPool:
     """Warm sandbox containers and bounded concurrent test runs.
 
     Args:
-        image: image tag; the recipe's hash tag (see `scorers.sandbox_image`) when None.
+        image: image tag; the recipe's hash tag (see `scorers.sandbox.image`) when None.
         limits: resource caps for every container.
         concurrency: at most this many tests run at once (default: number of cores); the pool
             keeps as many containers warm.

@@ -19,8 +19,8 @@ import anyio
 from inspect_ai.util import ExecResult, SandboxEnvironment, SandboxEnvironmentConfigType, sandboxenv
 from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
 
-from scorers.sandbox import SandboxLimits, _frames, create_container, owner_label, reap_orphans
-from scorers.sandbox_image import image_tag, sandbox_users
+from scorers.sandbox.image import image_tag, sandbox_users
+from scorers.sandbox.pool import SandboxLimits, _frames, create_container, owner_label, reap_orphans
 
 # Writes stdin to argv[1], creating parent directories (the root filesystem is read-only,
 # so `docker cp`/put_archive cannot be used; only /work is writable).
@@ -100,7 +100,7 @@ def _kill_exec(api: Any, exec_id: str) -> None:
 
 @sandboxenv(name="gradebook")
 class GradebookSandboxEnvironment(SandboxEnvironment):
-    """One hardened container per sample (see scorers/sandbox.py for the limits)."""
+    """One hardened container per sample (see scorers/sandbox/pool.py for the limits)."""
 
     def __init__(self, client: Any, container: Any) -> None:
         super().__init__()

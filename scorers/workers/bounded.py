@@ -4,7 +4,7 @@ Python signals and threads cannot interrupt a long big-integer or sympy operatio
 process can. Each call goes to an idle worker over a pipe; when the answer does not arrive by
 the deadline the worker is killed.
 
-Workers are forked from a "zygote" (scorers.zygote): a fresh interpreter that imports the heavy
+Workers are forked from a "zygote" (scorers.workers.zygote): a fresh interpreter that imports the heavy
 modules once and then only forks; one per pool, or one shared by the processes of a stage when
 their parent runs a broker. A new worker is therefore ready in tens of milliseconds, and
 what it costs does not depend on the caller: multiprocessing's forkserver/spawn re-import the
@@ -37,8 +37,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scorers.loaded_code import note_helper_sources
-from scorers.zygote import STARTUP_TIMEOUT_S, RemoteZygote, Zygote, ZygoteFailed, broker_zygote
+from scorers.identity.loaded_code import note_helper_sources
+from scorers.workers.zygote import (
+    STARTUP_TIMEOUT_S,
+    RemoteZygote,
+    Zygote,
+    ZygoteFailed,
+    broker_zygote,
+)
 
 __all__ = [
     "STARTUP_TIMEOUT_S",
@@ -147,10 +153,10 @@ class BoundedPool:
                 if self._closed:
                     raise WorkerFailed("pool is shut down")
                 # A zygote shared by the processes of one stage when its parent offers one
-                # (scorers.zygote); otherwise this pool boots its own.
+                # (scorers.workers.zygote); otherwise this pool boots its own.
                 self._zygote = broker_zygote(self.preload) or Zygote(self.preload)
                 # its workers run part of the caller's code: what it compiled counts in the
-                # caller's fingerprint of that code (scorers.loaded_code)
+                # caller's fingerprint of that code (scorers.identity.loaded_code)
                 note_helper_sources(self._zygote.sources)
             return self._zygote
 

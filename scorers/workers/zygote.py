@@ -1,7 +1,7 @@
 """Zygotes: fresh interpreters that import heavy modules once, then fork ready workers on request.
 
 A zygote makes a new worker cost a fork (tens of milliseconds) instead of an interpreter start
-plus imports (sympy: 1.5-2 s of CPU). `scorers.bounded` forks its killable workers from one.
+plus imports (sympy: 1.5-2 s of CPU). `scorers.workers.bounded` forks its killable workers from one.
 
 Several processes can share one zygote. The scoring stage runs a few grading processes; if each
 booted its own sympy zygote, a 2-core machine would spend seconds of CPU importing sympy once per
@@ -14,7 +14,7 @@ talks to them directly, without the broker in the path.
 Lifetimes: a zygote exits when its owner's control channel closes (the broker closing, or the
 owner process dying), and its workers are SIGKILLed with it (PR_SET_PDEATHSIG). A worker whose
 client goes away reads EOF on its pipe and exits. A child whose broker is gone falls back to
-booting its own zygote (`scorers.bounded`), so sharing is an optimisation, never a dependency.
+booting its own zygote (`scorers.workers.bounded`), so sharing is an optimisation, never a dependency.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
 from typing import Any
 
-from scorers import loaded_code
+from scorers.identity import loaded_code
 
 __all__ = [
     "STARTUP_TIMEOUT_S",
@@ -50,7 +50,7 @@ __all__ = [
 WORKER_MEMORY_BYTES = 2 * 1024**3
 # A zygote boot (its imports) and a fork are bounded by this, not by any call's deadline.
 STARTUP_TIMEOUT_S = 60.0
-_ROOT = str(Path(__file__).resolve().parents[1])
+_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class ZygoteFailed(RuntimeError):
@@ -100,12 +100,12 @@ class Zygote:
         it has imported `preload`."""
         ours, theirs = socket.socketpair()
         # recording what it compiles from its first import: its workers run part of a
-        # verifier, and the verifier's fingerprint must be of that code (scorers.loaded_code).
+        # verifier, and the verifier's fingerprint must be of that code (scorers.identity.loaded_code).
         # SIGINT ignored from the first statement: a Ctrl-C reaches the whole terminal process
         # group, and it is the owner's to handle (closing the channel ends the zygote)
         code = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" \
             f"import sys; sys.path.insert(0, {_ROOT!r})\n{loaded_code.boot_code()}" \
-            f"import scorers.zygote as z; z.zygote_main({theirs.fileno()})"  # fmt: skip
+            f"import scorers.workers.zygote as z; z.zygote_main({theirs.fileno()})"  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
         )
