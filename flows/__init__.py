@@ -11,8 +11,8 @@ _os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 def _record_loaded_code() -> None:
     # Every process that runs flows records the exact source of the project modules it imports
     # (scorers.identity.loaded_code), so a verifier graded here is fingerprinted as it was
-    # imported, not as its file reads later. The recorder is loaded by path, as `boot_code()` does for the
-    # grading workers, so that the `scorers` package is imported (and recorded) after it.
+    # imported, not as its file reads later. The recorder is loaded by path, as `boot_code()`
+    # does for the grading workers, so that the `scorers` package is imported (and recorded) after it.
     import importlib.util
 
     name = "scorers.identity.loaded_code"
@@ -26,9 +26,8 @@ def _record_loaded_code() -> None:
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         _sys.modules[name] = module
         exec(compile(data, path, "exec"), module.__dict__)  # noqa: S102 - our own file
-        if (
-            "scorers.identity" in _sys.modules
-        ):  # imported before the flows: not recorded, but usable
+        # the package imported before the flows: not recorded, but usable
+        if "scorers.identity" in _sys.modules:
             _sys.modules["scorers.identity"].loaded_code = module  # type: ignore[attr-defined]
         module.install(data)
     else:

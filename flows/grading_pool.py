@@ -343,7 +343,7 @@ class GradingPool:
         self._preload: tuple[str, ...] = ()
         self._procs: list[_Worker] = []
         # Verifier helpers the workers need (math: a sympy zygote) are booted once here and
-        # shared, not once per worker: on 2 cores, a second sympy boot costs ~2 s of CPU.
+        # shared, not once per worker: each sympy boot costs seconds of CPU.
         self._broker = ZygoteBroker()
 
     def start(self, modules: Iterable[str] = (), helpers: Iterable[Sequence[str]] = ()) -> None:

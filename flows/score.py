@@ -70,8 +70,8 @@ __all__ = [
 CODE_PASSES = 3  # a verifier edited while it grades: grade what its old code did again, twice
 
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
-# A warehouse write (one Prefect task run, one transaction: ~0.1 s of the stage's own CPU, which
-# the workers would otherwise have) happens at most about once a second, or sooner when
+# A warehouse write (one Prefect task run, one transaction: CPU of the stage's own, which the
+# workers would otherwise have) happens at most about once a second, or sooner when
 # BATCH_MAX_ROWS are waiting: a crash loses the chunks graded since the last write (about a
 # second of a fast verifier's work; for a slow one, the chunk or two that came back since).
 BATCH_INTERVAL_S = 1.0
@@ -162,7 +162,7 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
     cols = list(zip(*results, strict=True)) if results else [()] * 7
 
     def same(value: Any, name: str) -> pa.Array:
-        # one scalar repeated: a list of 4,000 tz-aware datetimes costs Arrow ~50 ms to convert
+        # one scalar repeated: Arrow converts a list of tz-aware datetimes one by one, slowly
         return pa.repeat(pa.scalar(value, SCORE_SCHEMA.field(name).type), n)
 
     return pa.Table.from_pydict(
@@ -188,7 +188,7 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
 
 class Samples:
     """Samples to grade: the `samples_to_score` columns, without a Python dict per row
-    (20,000 dicts cost the stage ~0.15 s before any worker had work)."""
+    (building them would delay every worker's first chunk)."""
 
     def __init__(self, table: pa.Table) -> None:
         from warehouse import SAMPLES_TO_SCORE_SCHEMA
@@ -384,8 +384,8 @@ def _start_for(pool: GradingPool, verifiers: Sequence[Verifier]) -> None:
 class Bulk:
     """Hands a bulk value to or from a Prefect task without Prefect walking it.
 
-    Prefect visits every item of list and dict parameters looking for futures: ~1 s for a
-    batch of 4,000 sample dicts. An object it does not know is passed through untouched.
+    Prefect visits every item of list and dict parameters looking for futures, which is slow
+    for a batch of thousands of sample dicts. An object it does not know is passed through untouched.
     """
 
     __slots__ = ("value",)
@@ -465,7 +465,7 @@ class _BatchWriter:
         lock_timeout_s: float,
     ) -> None:
         self.warehouse_path, self.scorer, self.digest = warehouse_path, scorer, digest
-        # Recording the fingerprint (a write transaction, ~0.1 s) waits until the workers
+        # Recording the fingerprint (a write transaction) waits until the workers
         # have their first chunks, off the path to the first grade; it is done before any
         # score is written, and also when there is nothing to score.
         self.register: Callable[[float], object] | None = register

@@ -107,7 +107,7 @@ def _generate_and_score(
     names = sorted({n for t in cfg.tasks for n in t.verifiers})
     loaded = current_fingerprints(names)
     opts = ScoreOptions(workers=workers, progress=progress)
-    # The scoring workers start and the verifiers' helpers (math: sympy, ~2 s of CPU) boot
+    # The scoring workers start and the verifiers' helpers (math: sympy, seconds of CPU) boot
     # while the models generate, so scoring starts warm -- when there is more than a chunk or
     # two (`expected` samples) to score: a small sweep grades in this process, and booting
     # them would only take CPU from the generation.

@@ -1,6 +1,6 @@
 """The statistics a release gate decides with: pure functions, no I/O, no scipy.
 
-Choices (each documented in the README (Release gates)):
+Choices (each documented in docs/concepts/gates.md):
 
 - Regression test: McNemar's *exact* conditional test. Two runs graded on the same samples are
   paired; only the discordant pairs (right in one run, wrong in the other) carry information,

@@ -64,7 +64,7 @@ def shared_data() -> Path:
 def prefect_api(tmp_path_factory: pytest.TempPathFactory):
     """One real `prefect server start` for the whole test session; yields its API URL.
 
-    Every test that runs flows shares it (a server per test would cost ~10 s each). Prefect's
+    Every test that runs flows shares it (a server per test would cost seconds each). Prefect's
     home and result storage point at session temp dirs, so cached results never leak between
     sessions. Under CI a server that does not come up fails the test.
     """

@@ -1,5 +1,5 @@
 """Sharing one zygote between processes: the scoring stage's workers boot a verifier's heavy
-helper (math: sympy, ~2 s of CPU) once per stage, not once per worker, and keep hard deadlines."""
+helper (math: sympy, seconds of CPU) once per stage, not once per worker, and keep hard deadlines."""
 
 from __future__ import annotations
 

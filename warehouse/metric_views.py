@@ -1,9 +1,8 @@
-"""Migration 5: `run_metrics` and `grade_flips` fast enough for tens of millions of score rows.
+"""The SQL of `run_metrics` and `grade_flips`, built to stay fast over millions of score rows.
 
-Why: over 10 M score rows `run_metrics` took ~6 s (its pass@k wrapper grouped every score row by
-sample, for every run, to compute a value that is trivial when each sample has one attempt) and
-`grade_flips` ~2 s (a self-join of the whole table on its string key). Both keep every column and
-its meaning; the README (The warehouse) says what changed underneath.
+Why: grouping every score row by sample for pass@k (trivial when each sample has one attempt)
+and self-joining the whole score table on its string key both grow with the history, which only
+grows. docs/reference/warehouse.md documents the views' columns.
 
 * `run_metrics` is one aggregation pass over `wh.scores`. pass@k needs per-sample attempt counts
   only where a sample can have several attempts (the run has epochs > 1, or its scores span more
@@ -13,7 +12,7 @@ its meaning; the README (The warehouse) says what changed underneath.
 * `grade_flips` reads `wh.flip_pairs`: every ordered pair of score rows of one (scorer, run,
   sample, epoch) under different fingerprints whose status or value differ, with both rows'
   verdicts. The write path (`warehouse.store._append_scores`) adds the pairs a batch creates in
-  the same transaction as the batch; this migration fills it from the scores already stored.
+  the same transaction as the batch; its migration fills it from the scores already stored.
   Which fingerprint is older is still decided when queried (`fingerprint_order`), so registering
   a verifier later reorders pairs exactly as before.
 """
@@ -39,8 +38,8 @@ def flip_pairs_select(
         existing: another relation of score rows (may be the same as `new`).
         both_orientations: also emit (existing -> new) for each (new -> existing) pair; False
             when `new` and `existing` are the same rows, where the join already yields both.
-        attempts: also select both rows' `attempt` (the columns migration 6 added); False only
-            for migration 5's backfill, which runs before those columns exist.
+        attempts: also select both rows' `attempt` (warehouse.score_attempts); False only for
+            the flip pairs' backfill, which runs before those columns exist.
     """
     attempt_cols = ", o.attempt AS o_attempt, n.attempt AS n_attempt" if attempts else ""
     join = f"""
@@ -72,7 +71,7 @@ def flip_pairs_select(
 
 
 def grade_flips_view_sql(pairs: str = "wh.flip_pairs") -> str:
-    """The `grade_flips` view over a relation of flip pairs (migration 6: the current ones)."""
+    """The `grade_flips` view over a relation of flip pairs (since attempts: the current ones)."""
     return f"""
 CREATE OR REPLACE VIEW grade_flips AS
 SELECT f.scorer, f.run_id, f.sample_id, f.epoch,
@@ -88,9 +87,9 @@ WHERE (fo.first_seen, fo.fingerprint) < (fn.first_seen, fn.fingerprint);
 
 def metric_views_sql(scores: str = "wh.scores") -> str:
     """`run_pass_at_k`, `run_metrics` and `run_metrics_base` over a relation of score rows
-    (migration 6 passes `current_scores`, the latest attempt of each score)."""
+    (warehouse.score_attempts passes `current_scores`, the latest attempt of each score)."""
     return f"""
--- pass@k (Chen et al. 2021, unbiased) as migration 4 defined it: per sample n = the run's epochs
+-- pass@k (Chen et al. 2021, unbiased), as in warehouse.gate_tables: per sample n = the run's epochs
 -- (or more attempts when stored), c = attempts scored 1; averaged over the samples with n >= k.
 -- Evaluated once per distinct (n, c) and weighted by how many samples share it.
 CREATE OR REPLACE VIEW run_pass_at_k AS

@@ -5,8 +5,8 @@ The schema version is the number of migrations applied; adding a migration means
 a file whose version is newer than this code knows is refused (an older gradebook must never
 write into a schema it does not understand).
 
-Tables live in the `wh` schema; users query the documented views in `main` (README, "The
-warehouse"), so a table can change shape behind a stable view.
+Tables live in the `wh` schema; users query the documented views in `main`
+(docs/reference/warehouse.md), so a table can change shape behind a stable view.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Migration 6: grading attempts, so an unscored sample can be graded again without losing history.
+"""Grading attempts, so an unscored sample can be graded again without losing history.
 
 Why: a sample left `unscored` for an infrastructure reason (Docker down, a scoring worker killed,
 the stage's time limit on an overloaded host) could not be graded again under the same verifier
-fingerprint, because a score's key was (run_id, sample_id, epoch, scorer, fingerprint) and rows
-are never updated. A retry is now a new row with the next `attempt` number; the row it replaces
+fingerprint if a score's key were (run_id, sample_id, epoch, scorer, fingerprint), since rows
+are never updated. So a retry is a new row with the next `attempt` number; the row it replaces
 stays in `wh.scores` (principle 7, append-only history).
 
 * `wh.scores.attempt` (1 for every existing row) extends the key. The write path accepts

@@ -52,7 +52,7 @@ def _exit(code: object) -> None:
     """End the process without tearing every module down, where nothing is lost by that.
 
     With Prefect and Inspect loaded, the interpreter's shutdown (clearing thousands of modules
-    and objects) costs ~0.7 s of CPU that no command needs. The atexit handlers still run
+    and objects) costs CPU that no command needs. The atexit handlers still run
     (Prefect ships its last run logs and events there) and the streams are flushed; with a
     non-daemon thread still alive, which a normal exit would wait for (or a profiler or debugger
     attached), it returns and the caller exits normally.

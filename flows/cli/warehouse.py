@@ -108,7 +108,7 @@ def sql(
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _fail(
-            f"query failed: {first} (the views are listed in the README (The warehouse))"
+            f"query failed: {first} (the views are listed in docs/reference/warehouse.md)"
         ) from None
     print_rows(columns, rows, fmt, console)
 

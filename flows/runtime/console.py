@@ -82,7 +82,7 @@ def quiet_prefect(verbose: bool = False) -> None:
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
     if "prefect" in sys.modules:
-        # configured already, without these settings: again (it reads a YAML file, ~0.1 s)
+        # configured already, without these settings: again (it reads a YAML file)
         import prefect.logging.configuration as prefect_logging
 
         prefect_logging.setup_logging()

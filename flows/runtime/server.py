@@ -2,8 +2,8 @@
 
 `local_server` runs `prefect server start` for the duration of a `with` block: the tests' one
 server per session and the benchmarks use it. The CLI's commands share one detached server
-instead (flows.runtime.background_server). Prefect's own fallback, a temporary server started inside the
-first flow call, costs 9-21 s per process on this machine, runs no schedules and prints
+instead (flows.runtime.background_server). Prefect's own fallback, a temporary server started
+inside the first flow call, costs seconds in every process, runs no schedules and prints
 telemetry tracebacks.
 """
 
@@ -142,8 +142,8 @@ def local_server(
 def warm_up(api_url: str) -> None:
     """Pay a new server's slow first answer here, not in the first flow run."""
     # Every client's first call is GET /admin/version (its API version check). A new server
-    # answers the first one in ~0.45 s and later ones in ~5 ms (measured with Prefect 3.9.1;
-    # /health and other routes are fast from the start), so pay it here, where the caller
+    # is slow to answer the first one and fast later (/health and other routes are fast from
+    # the start), so pay it here, where the caller
     # waits for the server anyway, not inside the first flow run.
     try:
         with urllib.request.urlopen(f"{api_url.rstrip('/')}/admin/version", timeout=5) as resp:

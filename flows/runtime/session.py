@@ -30,8 +30,7 @@ def in_process_settings() -> dict[str, Any]:
     """Prefect setting updates for flows run in this process (the CLI's, the tests').
 
     No flow-run heartbeats: Prefect's heartbeat thread sleeps in 1 s steps and every flow run
-    joins it on exit, which costs up to a second per flow and subflow run (an empty flow run:
-    1.2 s with heartbeats, 0.1-0.2 s without, measured against a local server). Heartbeats let
+    joins it on exit, which costs up to a second per flow and subflow run. Heartbeats let
     an automation mark the runs of a dead worker Crashed; cluster deployments turn them on in
     their job env (flows/cluster/setup.py), and a run in this process that is killed is marked
     Crashed by the next command instead (flows.runtime.run_owner). An explicit

@@ -1,7 +1,7 @@
 """The fingerprint's work saved on disk, so a new process does not parse every module again.
 
-A fresh process (a `gradebook score` run, a Prefect worker's flow run) used to spend ~0.6 s on its
-first fingerprint: parsing the verifier's modules and scanning every installed distribution for
+A fresh process (a `gradebook score` run, a Prefect worker's flow run) would otherwise spend most
+of its first fingerprint parsing the verifier's modules and scanning every installed distribution for
 the import-name -> distribution map. Both are saved here and reused while their inputs are
 unchanged:
 

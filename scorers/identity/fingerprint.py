@@ -444,7 +444,7 @@ _INSTALLED: dict[str, Any] | None = None
 def _installed() -> dict[str, Any]:
     """{"map": import name -> distributions, "versions": distribution -> version or None}.
 
-    Scanning every installed distribution's metadata takes ~0.3 s. It is redone only when a
+    Scanning every installed distribution's metadata is slow. It is redone only when a
     sys.path directory says a distribution was installed or removed (checked on every call, so
     a long-running watcher sees an upgrade), and its result is shared through the disk cache.
     """

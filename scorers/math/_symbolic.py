@@ -186,7 +186,7 @@ class SympyComparator(Comparator):
             # Exact and cheap: over Q, cancel returns p'/q' in lowest terms. If the ratio were a
             # constant c, then p' = c q', so gcd(p', q') = q' and cancel would have returned c;
             # symbols left over therefore prove it is not a constant, which simplify would
-            # otherwise spend ~10 ms failing to disprove (y = x + 2 against y = 2x + 1).
+            # otherwise spend far longer failing to disprove (y = x + 2 against y = 2x + 1).
             ratio = sympy.cancel(sa / sb)
         else:
             ratio = sympy.simplify(sa / sb)
@@ -211,8 +211,9 @@ def compare_symbolic(candidate: tuple, reference: tuple) -> bool:
 def _prime() -> None:
     """Exercise the code paths sympy loads lazily (simplify, trig, relations, matrices).
 
-    Run at import, which happens once in the worker pool's forkserver: every worker forked from
-    it starts with these loaded, instead of paying ~0.3 s on its first comparison.
+    Run at import, which happens once in the workers' zygote (scorers.workers.zygote): every
+    worker forked from it starts with these loaded, instead of paying for them on its first
+    comparison.
     """
     x = Symbol("x")
     for a, b in (

@@ -3,7 +3,7 @@
 It is shipped as source with every exec (`python3 -I -S -B -c <this file> ROLE`), so the image
 only needs python3, and this file is part of the unit_tests verifier's fingerprint.
 
-Trust is split by process and uid (see the README (Sandbox) for the threat model):
+Trust is split by process and uid (docs/design/sandbox.md has the threat model):
 
 - ``harness`` (uid HARNESS): receives the test source on stdin (never written to a file), runs
   it itself, and reports the verdict on its own stdout. The names the tests call are proxies

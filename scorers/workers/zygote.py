@@ -1,7 +1,7 @@
 """Zygotes: fresh interpreters that import heavy modules once, then fork ready workers on request.
 
-A zygote makes a new worker cost a fork (tens of milliseconds) instead of an interpreter start
-plus imports (sympy: 1.5-2 s of CPU). `scorers.workers.bounded` forks its killable workers from one.
+A zygote makes a new worker cost a fork instead of an interpreter start plus imports (sympy:
+seconds of CPU). `scorers.workers.bounded` forks its killable workers from one.
 
 Several processes can share one zygote. The scoring stage runs a few grading processes; if each
 booted its own sympy zygote, a 2-core machine would spend seconds of CPU importing sympy once per
