@@ -78,9 +78,7 @@ class SweepResult:
     scores: list[RunScore]
     gates: dict[str, Any] = field(default_factory=dict)  # run_id -> GateResult
     rows: list[SummaryRow] = field(default_factory=list)
-    dispatch: Any = (
-        None  # cluster mode: flows.cluster.dispatch.DispatchReport (per-stage flow runs)
-    )
+    dispatch: Any = None  # cluster mode: flows.cluster.dispatch.DispatchReport, per stage
     stopped: int | None = None  # the signal that stopped the sweep (flows.runtime.interrupts)
 
     @property
