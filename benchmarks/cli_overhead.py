@@ -111,7 +111,7 @@ def main() -> None:
     args = ap.parse_args()
     repeat = 1 if args.quick else 3
 
-    from flows.background_server import stop_server
+    from flows.runtime.background_server import stop_server
 
     with tempfile.TemporaryDirectory(prefix="gb-cli-bench-") as tmp_s:
         tmp = Path(tmp_s)

@@ -64,8 +64,8 @@ def main() -> None:
 
     import flows_kit
 
-    from flows.cluster_setup import setup_cluster, worker_command, worker_env
-    from flows.server import local_server, quiet_env
+    from flows.cluster.setup import setup_cluster, worker_command, worker_env
+    from flows.runtime.server import local_server, quiet_env
 
     os.environ.update({**quiet_env(), "PREFECT_LOGGING_LEVEL": "WARNING"})
     os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
@@ -80,9 +80,9 @@ def main() -> None:
             os.environ["PREFECT_API_URL"] = api
             from prefect.settings import temporary_settings
 
-            from flows.session import in_process_settings
+            from flows.runtime.session import in_process_settings
 
-            # the embedded anchor runs as the CLI does (flows.session.prefect_session)
+            # the embedded anchor runs as the CLI does (flows.runtime.session.prefect_session)
             with temporary_settings(updates={"api.url": api, **in_process_settings()}):
                 rows = _measure(
                     api, tmp, verifier, n, chunk, setup_cluster, worker_command, worker_env
@@ -93,7 +93,7 @@ def main() -> None:
 def _measure(api, tmp, verifier, n, chunk, setup_cluster, worker_command, worker_env):
     import subprocess
 
-    from flows.server import stop_process_group
+    from flows.runtime.server import stop_process_group
     from flows.sweep import sweep_flow
 
     setup_cluster()

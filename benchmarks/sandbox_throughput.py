@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import Row, emit  # noqa: E402
 from scorers.code import unit_tests_for  # noqa: E402
-from scorers.sandbox import SandboxPool  # noqa: E402
+from scorers.sandbox.pool import SandboxPool  # noqa: E402
 from tasks.code import humaneval_problems  # noqa: E402
 
 
@@ -102,7 +102,7 @@ def main() -> None:
     docker_cases = cases[:12] if args.quick else cases
     c = args.concurrency
     wall, _, sequential, passed = run_pool(cases, c)
-    from scorers.sandbox_image import image_tag
+    from scorers.sandbox.image import image_tag
 
     d_wall, d_lat, d_passed = run_docker(docker_cases, c, image_tag())
 

@@ -112,8 +112,8 @@ def build_log(n: int) -> Path:
 def bare_loop(log: Path) -> tuple[float, int]:
     from inspect_ai.log import read_eval_log
 
-    from scorers._extract import DEFAULT_PATTERNS, extract_answer
     from scorers.math import is_correct
+    from scorers.math._extract import DEFAULT_PATTERNS, extract_answer
 
     # read_eval_log_samples re-reads the zip per sample (quadratic on a 20,000-sample log)
     pairs = [
@@ -138,7 +138,7 @@ def inspect_score(log: Path) -> float:
 
 
 def flow_score(log: Path, workers: int) -> tuple[float, float, int]:
-    from flows.console import quiet_prefect
+    from flows.runtime.console import quiet_prefect
     from flows.score import ScoreOptions, score_flow, score_runs  # noqa: F401
 
     quiet_prefect(False)
@@ -249,7 +249,7 @@ def main() -> None:
     # the server's database is migrated once, like a user's ~/.prefect
     os.environ["PREFECT_HOME"] = str(CACHE / "prefect-home")
     os.environ.pop("PREFECT_API_URL", None)
-    from flows.session import prefect_session
+    from flows.runtime.session import prefect_session
 
     log = build_log(n)
     scaling = cpu_scaling(args.workers)
@@ -289,7 +289,7 @@ def main() -> None:
                 True,
             )  # fmt: skip
         )
-    from flows.background_server import stop_server
+    from flows.runtime.background_server import stop_server
 
     stop_server()  # the shared local server this script's commands started in its home
     emit(f"scoring stage ({n:,} samples, {args.workers} workers)", rows, args.json)

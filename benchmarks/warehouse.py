@@ -106,7 +106,7 @@ def bench_write(n: int, work: Path) -> Row:
 
 
 def big_log(n: int) -> Path:
-    """A real mockllm log of `n` samples (cached: generating one costs ~12 ms per sample)."""
+    """A real mockllm log of `n` samples (cached: generating one is slow)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     target = CACHE / f"mockllm-{n}.eval"
     if target.exists():

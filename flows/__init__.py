@@ -10,24 +10,25 @@ _os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 def _record_loaded_code() -> None:
     # Every process that runs flows records the exact source of the project modules it imports
-    # (scorers.loaded_code), so a verifier graded here is fingerprinted as it was imported, not
-    # as its file reads later. The recorder is loaded by path, as `boot_code()` does for the
-    # grading workers, so that the `scorers` package is imported (and recorded) after it.
+    # (scorers.identity.loaded_code), so a verifier graded here is fingerprinted as it was
+    # imported, not as its file reads later. The recorder is loaded by path, as `boot_code()`
+    # does for the grading workers, so that the `scorers` package is imported (and recorded) after it.
     import importlib.util
 
-    name = "scorers.loaded_code"
+    name = "scorers.identity.loaded_code"
     module = _sys.modules.get(name)
     if module is None:
         root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-        path = _os.path.join(root, "scorers", "loaded_code.py")
+        path = _os.path.join(root, "scorers", "identity", "loaded_code.py")
         with open(path, "rb") as f:
             data = f.read()
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         _sys.modules[name] = module
         exec(compile(data, path, "exec"), module.__dict__)  # noqa: S102 - our own file
-        if "scorers" in _sys.modules:  # imported before the flows: not recorded, but usable
-            _sys.modules["scorers"].loaded_code = module  # type: ignore[attr-defined]
+        # the package imported before the flows: not recorded, but usable
+        if "scorers.identity" in _sys.modules:
+            _sys.modules["scorers.identity"].loaded_code = module  # type: ignore[attr-defined]
         module.install(data)
     else:
         module.install()

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from warehouse.gate_rules import GateRules
+from gates.rules import GateRules
 
 __all__ = [
     "ClusterConfig",
@@ -165,8 +165,8 @@ class ClusterConfig(_Strict):
         staging_dir: a directory every CPU worker and this host see (relative: to the config):
             chunk inputs and staged score files go there.
         score_pool: the work pool that runs score chunks.
-        chunk_size: samples per score flow run (each run costs ~10 s of dispatch overhead, so
-            chunks should take much longer than that to grade).
+        chunk_size: samples per score flow run (each run costs seconds of dispatch overhead,
+            so chunks should take much longer than that to grade).
         chunk_retries: how many times a crashed or failed chunk is dispatched again.
         grading_workers: grading processes per chunk on a CPU worker (default: its CPU count).
         stage_timeout_s: give up waiting for a stage after this long.
@@ -420,7 +420,7 @@ def _import_verifier_modules(modules: list[str], source: Path) -> None:
                 "put its directory on PYTHONPATH"
             ) from None
         except Exception as exc:  # the module's own code failed: a bad config, not a crash
-            from flows.console import one_line
+            from flows.runtime.console import one_line
 
             raise ConfigError(
                 f"{source}: verifier_modules: importing {mod!r} raised "

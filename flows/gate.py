@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gates.rules import EXIT_CANNOT_EVALUATE, EXIT_FAIL, EXIT_PASS, GateResult, GateRules
 from warehouse import Warehouse
-from warehouse.gate_rules import EXIT_CANNOT_EVALUATE, EXIT_FAIL, EXIT_PASS, GateResult, GateRules
 from warehouse.gates import gate_run, newest_runs
 
 __all__ = [
@@ -29,7 +29,7 @@ def current_fingerprints(scorers: Sequence[str] | None = None) -> dict[str, str]
     Args:
         scorers: limit to these names; default every registered verifier.
     """
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import all_verifiers, get_verifier
 
     names = list(scorers) if scorers is not None else sorted(all_verifiers())

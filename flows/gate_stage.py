@@ -14,8 +14,8 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.gate import evaluate_gates, gate_markdown, overall_exit_code
-from flows.run_owner import record_owner
-from warehouse.gate_rules import GateResult, GateRules
+from flows.runtime.run_owner import record_owner
+from gates.rules import GateResult, GateRules
 
 __all__ = ["gate_flow", "run_gates"]
 

@@ -19,11 +19,11 @@ from prefect.cache_policies import NO_CACHE
 from rich.markup import escape
 
 from flows.config import ModelConfig, SweepConfig, TaskConfig, load_config
-from flows.console import err_console, one_line, verbose
-from flows.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
 from flows.model_servers import endpoint, server_problem
-from flows.progress import generation_progress, quiet_hook_banner
-from flows.run_owner import record_owner
+from flows.runtime.console import err_console, one_line, verbose
+from flows.runtime.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
+from flows.runtime.progress import generation_progress, quiet_hook_banner
+from flows.runtime.run_owner import record_owner
 from flows.task_specs import check_tasks, load_task
 
 __all__ = ["GenerationResult", "generate_flow", "generate_for_model"]
@@ -88,7 +88,7 @@ def run_generation(
         sweep: the sweep's name, written into each log's metadata so `gradebook gate --sweep`
             finds its runs.
 
-    SIGINT or SIGTERM stops it (flows.interrupts): Inspect cancels the eval in flight and
+    SIGINT or SIGTERM stops it (flows.runtime.interrupts): Inspect cancels the eval in flight and
     writes its log as `cancelled`, which is returned with the others; the tasks not reached yet
     are returned as "not started".
     """

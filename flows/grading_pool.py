@@ -12,8 +12,8 @@ Fault isolation: a verifier that raises or overruns the per-sample limit makes t
 `unscored` and is replaced.
 
 Which code graded: a worker records the exact source of every project module it compiles
-(`scorers.loaded_code`, set up by `import flows`), and with each chunk of a `Verifier` it reports
-the fingerprint of the code it actually ran (`scorers.fingerprint.fingerprint_as_loaded`). `map`
+(`scorers.identity.loaded_code`, set up by `import flows`), and with each chunk of a `Verifier` it reports
+the fingerprint of the code it actually ran (`scorers.identity.fingerprint.fingerprint_as_loaded`). `map`
 never hands the caller a chunk graded by code other than the fingerprint it expects.
 
 Nothing here imports Prefect, Inspect or the warehouse: this module is the workers' whole world.
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from scorers.grade import Grade, SampleView, unscored
-from scorers.zygote import ZygoteBroker, reap_later
+from scorers.workers.zygote import ZygoteBroker, reap_later
 
 __all__ = ["GradingPool", "SampleRow", "ResultRow", "grade_chunk", "grade_one"]
 
@@ -179,7 +179,7 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
     threading.Thread(target=_read_jobs, args=(conn, jobs, busy), daemon=True).start()
     if broker_fd is not None:
         # before any verifier import: their pools then fork from the stage's shared zygotes
-        from scorers.zygote import use_broker
+        from scorers.workers.zygote import use_broker
 
         use_broker(broker_fd)
     for name in preload:
@@ -216,7 +216,7 @@ def _digest_as_loaded(verifier: Any) -> str | None:
     given, or nothing can vouch for what ran)."""
     if verifier is None:
         return None
-    from scorers.fingerprint import fingerprint_as_loaded
+    from scorers.identity.fingerprint import fingerprint_as_loaded
 
     fp = fingerprint_as_loaded(verifier)
     return fp.digest if fp is not None else None
@@ -343,7 +343,7 @@ class GradingPool:
         self._preload: tuple[str, ...] = ()
         self._procs: list[_Worker] = []
         # Verifier helpers the workers need (math: a sympy zygote) are booted once here and
-        # shared, not once per worker: on 2 cores, a second sympy boot costs ~2 s of CPU.
+        # shared, not once per worker: each sympy boot costs seconds of CPU.
         self._broker = ZygoteBroker()
 
     def start(self, modules: Iterable[str] = (), helpers: Iterable[Sequence[str]] = ()) -> None:

@@ -34,7 +34,7 @@ def nothing_to_score(
         retry_unscored: --retry-unscored: samples left unscored for a retryable reason count as
             work.
     """
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import all_verifiers
     from warehouse import Warehouse
     from warehouse.log_stamps import LogStamp, proves_unchanged, stamp

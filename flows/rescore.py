@@ -21,14 +21,14 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
-from flows.console import console
 from flows.rescore_plan import (
     RescorePlan,
     import_verifier_modules,
     plan_rescore,
     record_current,
 )
-from flows.run_owner import record_owner
+from flows.runtime.console import console
+from flows.runtime.run_owner import record_owner
 from flows.score import RunScore, ScoreOptions, score_runs
 from warehouse.commands import command
 
@@ -229,7 +229,7 @@ class WatchResult:
 def _infra_unscored(warehouse: str | Path) -> dict[str, list[tuple[str, str, int, int]]]:
     """verifier -> (run_id, reason, latest attempt, samples) unscored by an infrastructure
     failure under its current fingerprint."""
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import all_verifiers, get_verifier
     from warehouse import Warehouse
 
@@ -250,7 +250,7 @@ def retry_infrastructure(warehouse: str | Path, opts: ScoreOptions | None = None
     outage does not write a new unscored row per sample per call; no sample is retried past
     attempt WATCH_MAX_ATTEMPT.
     """
-    from scorers.sandbox import sandbox_down
+    from scorers.sandbox.pool import sandbox_down
 
     cap = WATCH_MAX_ATTEMPT
     found = _infra_unscored(warehouse)

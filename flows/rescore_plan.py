@@ -74,7 +74,7 @@ def plan_rescore(
 ) -> list[RescorePlan]:
     """For each verifier (default: every registered one that has scores), what is stale; with
     `retry_unscored` also what is unscored for a retryable reason under its current fingerprint."""
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import all_verifiers, get_verifier
     from warehouse import Warehouse
 

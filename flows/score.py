@@ -10,7 +10,7 @@ reading. Graded chunks are written in batches (one Prefect task run, one transac
 while the workers go on grading. The flow's process is the only DuckDB writer (principle 8).
 
 Rows are written only under the fingerprint of the code that graded them: each grading process
-reports the fingerprint of the source it actually compiled (`scorers.loaded_code`), and a chunk
+reports the fingerprint of the source it actually compiled (`scorers.identity.loaded_code`), and a chunk
 graded by other code than the verifier's files hold (a module imported before an edit, or after
 one) is never written; the stage grades it again in fresh workers (CODE_PASSES in all).
 
@@ -36,9 +36,9 @@ import pyarrow.compute as pc
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
-from flows.console import progress_bar
 from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
-from flows.run_owner import record_owner
+from flows.runtime.console import progress_bar
+from flows.runtime.run_owner import record_owner
 from scorers.registry import Verifier, get_verifier
 from warehouse.connection import WarehouseLocked
 from warehouse.schema import RetryScope
@@ -70,8 +70,8 @@ __all__ = [
 CODE_PASSES = 3  # a verifier edited while it grades: grade what its old code did again, twice
 
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
-# A warehouse write (one Prefect task run, one transaction: ~0.1 s of the stage's own CPU, which
-# the workers would otherwise have) happens at most about once a second, or sooner when
+# A warehouse write (one Prefect task run, one transaction: CPU of the stage's own, which the
+# workers would otherwise have) happens at most about once a second, or sooner when
 # BATCH_MAX_ROWS are waiting: a crash loses the chunks graded since the last write (about a
 # second of a fast verifier's work; for a slow one, the chunk or two that came back since).
 BATCH_INTERVAL_S = 1.0
@@ -162,7 +162,7 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
     cols = list(zip(*results, strict=True)) if results else [()] * 7
 
     def same(value: Any, name: str) -> pa.Array:
-        # one scalar repeated: a list of 4,000 tz-aware datetimes costs Arrow ~50 ms to convert
+        # one scalar repeated: Arrow converts a list of tz-aware datetimes one by one, slowly
         return pa.repeat(pa.scalar(value, SCORE_SCHEMA.field(name).type), n)
 
     return pa.Table.from_pydict(
@@ -188,7 +188,7 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
 
 class Samples:
     """Samples to grade: the `samples_to_score` columns, without a Python dict per row
-    (20,000 dicts cost the stage ~0.15 s before any worker had work)."""
+    (building them would delay every worker's first chunk)."""
 
     def __init__(self, table: pa.Table) -> None:
         from warehouse import SAMPLES_TO_SCORE_SCHEMA
@@ -248,7 +248,7 @@ def stream_grades(
             particular order.
         in_process: False to grade every chunk in a worker, never in this process.
         expect: the fingerprint the results will be written under (the verifier's files, as
-            `scorers.fingerprint.fingerprint` read them). A chunk graded by code that is not
+            `scorers.identity.fingerprint.fingerprint` read them). A chunk graded by code that is not
             exactly that (`fingerprint_as_loaded` of the grading process) is not emitted.
 
     Returns:
@@ -299,7 +299,7 @@ def _runs_here(verifier: Verifier, expect: str | None) -> bool:
     """Whether this process's copy of the verifier is the code `expect` names."""
     if expect is None:
         return True
-    from scorers.fingerprint import fingerprint_as_loaded
+    from scorers.identity.fingerprint import fingerprint_as_loaded
 
     fp = fingerprint_as_loaded(verifier)
     return fp is not None and fp.digest == expect
@@ -384,8 +384,8 @@ def _start_for(pool: GradingPool, verifiers: Sequence[Verifier]) -> None:
 class Bulk:
     """Hands a bulk value to or from a Prefect task without Prefect walking it.
 
-    Prefect visits every item of list and dict parameters looking for futures: ~1 s for a
-    batch of 4,000 sample dicts. An object it does not know is passed through untouched.
+    Prefect visits every item of list and dict parameters looking for futures, which is slow
+    for a batch of thousands of sample dicts. An object it does not know is passed through untouched.
     """
 
     __slots__ = ("value",)
@@ -465,7 +465,7 @@ class _BatchWriter:
         lock_timeout_s: float,
     ) -> None:
         self.warehouse_path, self.scorer, self.digest = warehouse_path, scorer, digest
-        # Recording the fingerprint (a write transaction, ~0.1 s) waits until the workers
+        # Recording the fingerprint (a write transaction) waits until the workers
         # have their first chunks, off the path to the first grade; it is done before any
         # score is written, and also when there is nothing to score.
         self.register: Callable[[float], object] | None = register
@@ -615,7 +615,7 @@ def _score_runs(
     max_attempt: int | None,
     skip_reasons: tuple[str, ...],
 ) -> list[RunScore]:
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from warehouse import Warehouse
 
     warehouse_path = wh.path

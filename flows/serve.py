@@ -1,7 +1,7 @@
 """`gradebook serve`: sweeps on their cron schedules plus a verifier watcher, until Ctrl-C.
 
 Schedules need a real Prefect server: the one named by PREFECT_API_URL, or gradebook's shared
-local one (flows.background_server). Each sweep becomes a deployment on its cron; each warehouse
+local one (flows.runtime.background_server). Each sweep becomes a deployment on its cron; each warehouse
 gets a `verifier-watcher` deployment on a short interval that re-scores when a fingerprint
 changes (and emits `gradebook.verifier.changed`) and grades again the samples an infrastructure
 failure left unscored, once the service is back (`flows.rescore.retry_infrastructure`). A
@@ -18,7 +18,7 @@ Prefect stops one (SIGTERM: it cancels the runs in flight, which end Cancelled),
 STOP_GRACE_S, kills whatever is left of that session, marks Cancelled any run whose process it
 had to kill, and exits: one line each way, no traceback. A second Ctrl-C kills the session and
 exits at once. The runner stops in order when the supervisor dies (a parent-death signal), and
-each flow run dies with the runner (flows.run_owner), so even a SIGKILL leaves nothing working
+each flow run dies with the runner (flows.runtime.run_owner), so even a SIGKILL leaves nothing working
 on; a run left Running is marked Crashed by the next gradebook command.
 """
 
@@ -38,7 +38,7 @@ from types import FrameType
 from typing import Any
 
 from flows.config import SweepConfig
-from flows.console import console, err_console
+from flows.runtime.console import console, err_console
 
 __all__ = ["STOP_GRACE_S", "build_deployments", "serve_configs"]
 
@@ -103,9 +103,9 @@ def serve_configs(
     cfgs: Sequence[SweepConfig], *, watch_every: int = 60, verbose: bool = False
 ) -> int:
     """Register the deployments and run them until SIGINT or SIGTERM; returns the exit code."""
-    from flows.console import quiet_prefect
-    from flows.procs import parent_death_preexec
-    from flows.session import prefect_session
+    from flows.runtime.console import quiet_prefect
+    from flows.runtime.procs import parent_death_preexec
+    from flows.runtime.session import prefect_session
 
     quiet_prefect(verbose)
     with prefect_session() as api_url:
@@ -134,7 +134,7 @@ def serve_configs(
         try:
             return _supervise(runner)
         finally:
-            from flows.procs import kill_group
+            from flows.runtime.procs import kill_group
 
             kill_group(runner.pid)
             runner.wait()
@@ -143,8 +143,8 @@ def serve_configs(
 
 def _supervise(runner: subprocess.Popen[bytes]) -> int:
     """Wait for the runner; on the first signal stop it in order, on a second kill it."""
-    from flows.interrupts import exit_code
-    from flows.procs import kill_group
+    from flows.runtime.interrupts import exit_code
+    from flows.runtime.procs import kill_group
 
     first: list[tuple[int, float, set[str]]] = []  # (signal, when, processes then)
 
@@ -188,7 +188,7 @@ def _supervise(runner: subprocess.Popen[bytes]) -> int:
 
 
 def _processes(pgid: int) -> set[str]:
-    from flows.procs import ProcessId, group_members, start_ticks, this_process
+    from flows.runtime.procs import ProcessId, group_members, start_ticks, this_process
 
     host = this_process().host
     return {str(ProcessId(host, pid, start_ticks(pid))) for pid in group_members(pgid)}
@@ -196,7 +196,7 @@ def _processes(pgid: int) -> set[str]:
 
 def _settle(owners: set[str]) -> None:
     """Runs whose process was stopped with the runner, and not finished by it: Cancelled."""
-    from flows.run_owner import settle_orphaned_runs
+    from flows.runtime.run_owner import settle_orphaned_runs
 
     try:
         settle_orphaned_runs(owners=owners, message="gradebook serve stopped while it ran")
@@ -207,7 +207,7 @@ def _settle(owners: set[str]) -> None:
 def _remove_stale_tmp() -> None:
     # a supervisor killed outright leaves its runner's temp dir behind: remove those of
     # supervisors that are gone
-    from flows.procs import alive
+    from flows.runtime.procs import alive
 
     for path in Path(tempfile.gettempdir()).glob("gradebook-serve-*-*"):
         pid = path.name.split("-")[2]

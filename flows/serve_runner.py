@@ -28,13 +28,13 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, _supervisor_gone)
 
-    from flows.console import quiet_prefect
+    from flows.runtime.console import quiet_prefect
 
     quiet_prefect(args.verbose)
     from prefect import serve
 
     from flows.config import load_config
-    from flows.run_owner import RUNNER_PID_ENV
+    from flows.runtime.run_owner import RUNNER_PID_ENV
     from flows.serve import build_deployments
 
     os.environ[RUNNER_PID_ENV] = str(os.getpid())  # the flow runs die with this process

@@ -18,8 +18,8 @@ from prefect.states import Cancelled
 from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, generate_models
-from flows.interrupts import exit_code, signal_name, stop_on_signals, stop_signal
-from flows.run_owner import record_owner
+from flows.runtime.interrupts import exit_code, signal_name, stop_on_signals, stop_signal
+from flows.runtime.run_owner import record_owner
 from flows.score import (
     GradingPool,
     RunScore,
@@ -78,8 +78,8 @@ class SweepResult:
     scores: list[RunScore]
     gates: dict[str, Any] = field(default_factory=dict)  # run_id -> GateResult
     rows: list[SummaryRow] = field(default_factory=list)
-    dispatch: Any = None  # cluster mode: flows.dispatch.DispatchReport (per-stage flow runs)
-    stopped: int | None = None  # the signal that stopped the sweep (flows.interrupts)
+    dispatch: Any = None  # cluster mode: flows.cluster.dispatch.DispatchReport, per stage
+    stopped: int | None = None  # the signal that stopped the sweep (flows.runtime.interrupts)
 
     @property
     def exit_code(self) -> int:
@@ -98,14 +98,14 @@ def _generate_and_score(
 ) -> tuple[list[GenerationResult], dict[str, list[str]], list[RunScore]]:
     """The embedded stages: generate, ingest, score (and the retry pass), in this process.
 
-    A stop (SIGINT, SIGTERM: flows.interrupts) cancels the eval in flight; what was generated,
+    A stop (SIGINT, SIGTERM: flows.runtime.interrupts) cancels the eval in flight; what was generated,
     cancelled logs included, is still ingested, and scoring is skipped (or ends where it was:
     the scores written stay).
     """
     names = sorted({n for t in cfg.tasks for n in t.verifiers})
     loaded = current_fingerprints(names)
     opts = ScoreOptions(workers=workers, progress=progress)
-    # The scoring workers start and the verifiers' helpers (math: sympy, ~2 s of CPU) boot
+    # The scoring workers start and the verifiers' helpers (math: sympy, seconds of CPU) boot
     # while the models generate, so scoring starts warm -- when there is more than a chunk or
     # two (`expected` samples) to score: a small sweep grades in this process, and booting
     # them would only take CPU from the generation.
@@ -297,7 +297,7 @@ def sweep_flow(
         gate: run the gate step.
 
     A config with a `[cluster]` section dispatches generation and scoring to Prefect work
-    pools (`flows.dispatch`); without one everything runs in this process.
+    pools (`flows.cluster.dispatch`); without one everything runs in this process.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
     # a task that cannot load is bad input: stop before any model is called
@@ -307,7 +307,7 @@ def sweep_flow(
     # its own SIGTERM handler, which Inspect would take for a sample error)
     with stop_on_signals():
         if cfg.cluster is not None:  # [cluster]: the stages run on Prefect work pools
-            from flows.dispatch import run_cluster_stages
+            from flows.cluster.dispatch import run_cluster_stages
 
             generations, plan, scores, dispatch = run_cluster_stages(cfg, progress=progress)
         else:

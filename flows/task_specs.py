@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from flows.config import ConfigError, SweepConfig
-from flows.console import one_line
+from flows.runtime.console import one_line
 
 if TYPE_CHECKING:
     from inspect_ai import Task

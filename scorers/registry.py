@@ -20,7 +20,7 @@ class Verifier:
 
     Attributes:
         helpers: preload-module sets of the zygotes its grade function forks helper processes
-            from (scorers.bounded; math: `("scorers._symbolic",)`, which imports sympy). The
+            from (scorers.workers.bounded; math: `("scorers.math._symbolic",)`, which imports sympy). The
             scoring stage boots each once, as soon as it starts, and shares it with its workers.
     """
 

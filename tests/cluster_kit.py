@@ -63,7 +63,7 @@ class Worker:
     """A `prefect worker start` subprocess in its own process group (killed as a whole)."""
 
     def __init__(self, pool: str, env: dict[str, str], log: Path, name: str) -> None:
-        from flows.cluster_setup import worker_command
+        from flows.cluster.setup import worker_command
 
         self.pool = pool
         self.log = log

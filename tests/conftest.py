@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 # As the CLI does: from here on this process records the exact source of every project module it
-# imports (scorers.loaded_code), so a verifier it grades in-process can be fingerprinted as run.
+# imports (scorers.identity.loaded_code), so a verifier it grades in-process can be fingerprinted as run.
 import flows  # noqa: F401
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -31,7 +31,7 @@ def need(condition: bool, why: str) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
     """Caches (the fingerprint's) go to a session temp dir, never the user's ~/.cache."""
-    from flows.envvars import environ_set
+    from flows.runtime.envvars import environ_set
 
     with environ_set({"GRADEBOOK_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}):
         yield
@@ -42,14 +42,14 @@ def _own_prefect_home(tmp_path_factory: pytest.TempPathFactory):
     """A command that starts gradebook's shared local Prefect server (no PREFECT_API_URL) starts
     it in a session temp home, on any free port, never the user's; and it is stopped when the
     session ends, so no test leaves a server behind."""
-    from flows.envvars import environ_set
+    from flows.runtime.envvars import environ_set
 
     home = tmp_path_factory.mktemp("gradebook-prefect")
     with environ_set({"GRADEBOOK_PREFECT_HOME": str(home), "GRADEBOOK_PREFECT_PORT": "0"}):
         try:
             yield home
         finally:
-            from flows.background_server import stop_server
+            from flows.runtime.background_server import stop_server
 
             stop_server(home)
 
@@ -64,11 +64,11 @@ def shared_data() -> Path:
 def prefect_api(tmp_path_factory: pytest.TempPathFactory):
     """One real `prefect server start` for the whole test session; yields its API URL.
 
-    Every test that runs flows shares it (a server per test would cost ~10 s each). Prefect's
+    Every test that runs flows shares it (a server per test would cost seconds each). Prefect's
     home and result storage point at session temp dirs, so cached results never leak between
     sessions. Under CI a server that does not come up fails the test.
     """
-    from flows.server import PrefectServerError, local_server, quiet_env
+    from flows.runtime.server import PrefectServerError, local_server, quiet_env
 
     root = tmp_path_factory.mktemp("prefect")
     env = {
@@ -88,8 +88,8 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory):
     env["PREFECT_API_URL"] = api_url
     from prefect.settings import temporary_settings
 
-    from flows.envvars import environ_set
-    from flows.session import in_process_settings
+    from flows.runtime.envvars import environ_set
+    from flows.runtime.session import in_process_settings
 
     # Prefect reads env at import; temporary_settings makes an already-imported prefect agree.
     settings = {
@@ -114,7 +114,7 @@ def docker_sandbox():
     Skips locally (fails under CI) when Docker or the image is missing: `make services`. The
     pool is shared by the session (a closed one is replaced) and removed at interpreter exit.
     """
-    from scorers.sandbox import SandboxUnavailable, default_pool
+    from scorers.sandbox.pool import SandboxUnavailable, default_pool
 
     try:
         return default_pool()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from process_kit import cli_env, gradebook, make_log, wait_for
 
-from flows.background_server import ensure_server, find_server, stop_server
-from flows.procs import alive, environ_of
+from flows.runtime.background_server import ensure_server, find_server, stop_server
+from flows.runtime.procs import alive, environ_of
 
 STARTED = "started a local Prefect server"
 

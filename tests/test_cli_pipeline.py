@@ -41,7 +41,7 @@ def test_rescore_without_a_warehouse_exits_2(tmp_path):
 
 
 def test_verifiers_lists_the_registered_verifiers_with_fingerprints(tmp_path):
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import get_verifier
 
     result = runner.invoke(app, ["verifiers", "--db", str(tmp_path / "none.duckdb")])

@@ -30,7 +30,7 @@ N_PROBLEMS, EPOCHS = 6, 2  # 12 samples per sweep
 def cluster(prefect_api, tmp_path_factory):
     """Pools + deployments on the session server, one gpu and one cpu worker, and a verifier
     module both the test and the workers import. Workers die with the module (finalizer)."""
-    from flows.cluster_setup import setup_cluster, worker_env
+    from flows.cluster.setup import setup_cluster, worker_env
 
     root = tmp_path_factory.mktemp("cluster")
     mods = root / "mods"

@@ -74,7 +74,7 @@ def test_bad_args_from_names_the_key(tmp_path, spec, message):
 
 
 def test_a_python_object_model_arg_cannot_be_sent_to_a_worker():
-    from flows.dispatch import _jsonable_model
+    from flows.cluster.dispatch import _jsonable_model
 
     m = ModelConfig(model="mockllm/model", args={"custom_outputs": lambda *a: None})
     with pytest.raises(ConfigError, match=r"models\[3\] \(mockllm/model\)\.args.*args_from"):
@@ -85,7 +85,7 @@ def test_a_python_object_model_arg_cannot_be_sent_to_a_worker():
 @pytest.fixture(scope="module")
 def idle_pools(prefect_api):
     """Deployments on pools no worker serves: runs created there stay Scheduled."""
-    from flows.cluster_setup import setup_cluster
+    from flows.cluster.setup import setup_cluster
 
     return setup_cluster(generate_pools=["idle-gpu"], score_pools=["idle-cpu"])
 
@@ -94,7 +94,7 @@ def idle_pools(prefect_api):
 def test_same_idempotency_key_gives_the_same_flow_run_and_a_retry_a_new_one(idle_pools):
     from prefect.client.orchestration import get_client
 
-    from flows.dispatch import ClusterRun, _submit
+    from flows.cluster.dispatch import ClusterRun, _submit
 
     def unit() -> ClusterRun:
         params = {"chunk": "/x.parquet", "scorer": "math", "digest": "d", "staging_dir": "/s"}
@@ -116,7 +116,7 @@ def test_same_idempotency_key_gives_the_same_flow_run_and_a_retry_a_new_one(idle
 
 @pytest.mark.slow
 def test_a_missing_deployment_says_to_run_setup(prefect_api):
-    from flows.dispatch import DispatchError, _check_deployments
+    from flows.cluster.dispatch import DispatchError, _check_deployments
 
     with pytest.raises(DispatchError, match="gradebook cluster setup"):
         _check_deployments(["cluster-score/no-such-pool"])

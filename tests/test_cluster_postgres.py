@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import need
 
-from flows.server import free_port
+from flows.runtime.server import free_port
 
 SCRIPT = Path(__file__).resolve().parents[1] / "infra" / "cluster" / "postgres.sh"
 
@@ -44,8 +44,8 @@ def test_cluster_setup_on_a_prefect_server_backed_by_postgresql(monkeypatch):
         from prefect.client.orchestration import get_client
         from prefect.settings import temporary_settings
 
-        from flows.cluster_setup import setup_cluster
-        from flows.server import local_server
+        from flows.cluster.setup import setup_cluster
+        from flows.runtime.server import local_server
 
         with tempfile.TemporaryDirectory() as home, local_server(home=Path(home), ui=False) as api:
             with temporary_settings(updates={"api.url": api}):

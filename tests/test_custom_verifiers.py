@@ -168,7 +168,7 @@ Path({marker!r}).write_text("imported")
 
 
 def test_a_module_named_by_a_warehouse_or_a_log_is_never_imported(prefect_api, tmp_path):
-    from scorers.fingerprint import VerifierFingerprint
+    from scorers.identity.fingerprint import VerifierFingerprint
 
     module = f"evil_{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "imported"

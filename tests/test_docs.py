@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from flows.config import ClusterConfig, ModelConfig, SweepConfig, TaskConfig
-from warehouse.gate_rules import GateRules
+from gates.rules import GateRules
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN_CLI = ROOT / "docs" / "gen_cli.py"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from flows.envvars import environ_set
+from flows.runtime.envvars import environ_set
 
 
 def test_restores_set_variables_and_unsets_new_ones_even_on_error(monkeypatch) -> None:

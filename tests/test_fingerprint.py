@@ -10,10 +10,10 @@ import uuid
 
 import pytest
 
-from scorers import fingerprint as fp_module
-from scorers import fingerprint_cache as fp_cache
-from scorers.fingerprint import fingerprint
-from scorers.fingerprint_cache import cache_dir, sys_path_stamp
+from scorers.identity import cache as fp_cache
+from scorers.identity import fingerprint as fp_module
+from scorers.identity.cache import cache_dir, sys_path_stamp
+from scorers.identity.fingerprint import fingerprint
 from scorers.registry import Verifier
 
 HELPER = '''
@@ -136,7 +136,7 @@ def test_the_registered_verifiers_fingerprint(tmp_path):
         assert f"# ---- module {v.module}" in fp.source
 
 
-# -- the on-disk cache (scorers.fingerprint_cache) -------------------------------------------
+# -- the on-disk cache (scorers.identity.cache) -------------------------------------------
 
 
 @pytest.fixture

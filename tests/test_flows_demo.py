@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.console import console
-from flows.demo import DEMO_MODELS, HUMANEVAL_LIMIT, run_demo
+from flows.cli.demo import DEMO_MODELS, HUMANEVAL_LIMIT, run_demo
+from flows.runtime.console import console
 from warehouse import Warehouse
 from warehouse.commands import program
 
@@ -28,7 +28,7 @@ N_CODE = len(DEMO_MODELS) * HUMANEVAL_LIMIT  # code samples the demo generates
 @pytest.fixture(scope="module")
 def demo_without_docker(prefect_api, tmp_path_factory) -> tuple[Path, int, str]:
     """(demo dir, exit code, printed output) of one demo run while Docker is unreachable."""
-    import scorers.sandbox as sandbox
+    import scorers.sandbox.pool as sandbox
 
     directory = tmp_path_factory.mktemp("demo")
     with pytest.MonkeyPatch.context() as mp:

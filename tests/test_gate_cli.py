@@ -10,7 +10,7 @@ from gate_world import exact, ingest, outage_judge, run_eval, score_run
 from typer.testing import CliRunner
 
 from flows.cli import app
-from scorers.fingerprint import fingerprint
+from scorers.identity.fingerprint import fingerprint
 from scorers.registry import Verifier, get_verifier, register
 from warehouse import Warehouse
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from warehouse.gate_rules import GateRules, RuleResult, ScorerStats, evaluate_rules, verdict_of
-from warehouse.gate_stats import paired_comparison
+from gates.rules import GateRules, RuleResult, ScorerStats, evaluate_rules, verdict_of
+from gates.stats import paired_comparison
 
 OFF = {
     "max_unscored_rate": None,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from warehouse.gate_stats import (
+from gates.stats import (
     mcnemar_exact,
     mean_pass_at_k,
     newcombe_paired_ci,

@@ -11,9 +11,9 @@ from gate_world import exact, ingest, outage_judge, run_eval, score_run
 from inspect_ai.log import read_eval_log, write_eval_log
 
 from flows.gate import evaluate_gates, overall_exit_code
+from gates.rules import GateRules
+from gates.stats import mcnemar_exact, pass_at_k
 from warehouse import Warehouse
-from warehouse.gate_rules import GateRules
-from warehouse.gate_stats import mcnemar_exact, pass_at_k
 from warehouse.gates import gate_run, planned_samples
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ from flows.gate import current_fingerprints
 from flows.score import ScoreOptions, score_flow, score_runs, start_early
 from flows.sweep import sweep_flow
 from scorers import registry
-from scorers.fingerprint import fingerprint
+from scorers.identity.fingerprint import fingerprint
 from scorers.registry import get_verifier
 from warehouse import Warehouse
 
@@ -157,7 +157,7 @@ HELPER = textwrap.dedent(
 
 VERIFIER = textwrap.dedent(
     """
-    from scorers.bounded import shared_pool
+    from scorers.workers.bounded import shared_pool
     from scorers.grade import scored
     from scorers.registry import Verifier, register
 
@@ -222,7 +222,7 @@ def test_code_run_by_a_helper_process_counts_in_the_fingerprint(
 
 
 def test_the_fingerprint_as_loaded_is_of_the_bytes_this_process_compiled(tmp_path, monkeypatch):
-    from scorers.fingerprint import fingerprint_as_loaded
+    from scorers.identity.fingerprint import fingerprint_as_loaded
 
     name = f"exact_{uuid.uuid4().hex[:8]}"
     path = flows_kit.write_verifier(tmp_path, name, name)
@@ -242,8 +242,8 @@ def test_the_fingerprint_as_loaded_is_of_the_bytes_this_process_compiled(tmp_pat
 
 
 def test_a_module_imported_before_recording_began_cannot_be_vouched_for(tmp_path, monkeypatch):
-    from scorers import loaded_code
-    from scorers.fingerprint import fingerprint_as_loaded
+    from scorers.identity import loaded_code
+    from scorers.identity.fingerprint import fingerprint_as_loaded
 
     name = f"exact_{uuid.uuid4().hex[:8]}"
     flows_kit.write_verifier(tmp_path, name, name)

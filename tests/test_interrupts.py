@@ -259,7 +259,7 @@ def local_home(tmp_path_factory):
     try:
         yield home
     finally:
-        from flows.background_server import stop_server
+        from flows.runtime.background_server import stop_server
 
         stop_server(home)
 

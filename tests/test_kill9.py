@@ -221,7 +221,7 @@ def test_kill_9_of_score_while_sandboxed_tests_loop(docker_sandbox, prefect_api,
     from inspect_ai import eval as inspect_eval
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
 
-    from scorers.sandbox import LABEL, OWNER_LABEL
+    from scorers.sandbox.pool import LABEL, OWNER_LABEL
     from tasks.code import humaneval, humaneval_problems
 
     entries = {p["prompt"]: p["entry_point"] for p in humaneval_problems()[:2]}

@@ -1,4 +1,4 @@
-"""The killable worker pool behind the math verifier's hard deadline (scorers.bounded)."""
+"""The killable worker pool behind the math verifier's hard deadline (scorers.workers.bounded)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from scorers.bounded import BoundedPool, WorkerFailed, WorkerTimeout
 from scorers.math import verify, warm_up
+from scorers.workers.bounded import BoundedPool, WorkerFailed, WorkerTimeout
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_workers_do_not_re_execute_the_callers_main_module(tmp_path: Path) -> No
             sys.path.insert(0, {str(REPO)!r})
             with open({str(marker)!r}, "a") as f:
                 f.write("x")
-            from scorers.bounded import BoundedPool, WorkerTimeout
+            from scorers.workers.bounded import BoundedPool, WorkerTimeout
             pool = BoundedPool(size=1, preload=())
             try:
                 pool.call(pow, 10, 10**12, timeout_s=0.3)
@@ -158,7 +158,7 @@ def test_a_busy_worker_dies_when_the_calling_process_is_killed(tmp_path: Path) -
             f"""
             import sys, threading, time
             sys.path.insert(0, {str(REPO)!r})
-            from scorers.bounded import BoundedPool
+            from scorers.workers.bounded import BoundedPool
             pool = BoundedPool(size=1, preload=())
             pool.warm()
             print(pool.stats().idle_pids[-1], flush=True)
@@ -212,7 +212,7 @@ def test_a_zygote_whose_owner_exits_mid_fork_exits_quietly(tmp_path: Path) -> No
     script.write_text(
         textwrap.dedent("""
         import operator, os
-        from scorers.bounded import BoundedPool
+        from scorers.workers.bounded import BoundedPool
         p = BoundedPool(size=1, preload=(), spares=1)
         p.warm()
         p.call(operator.add, 1, 1, timeout_s=10)  # takes the idle worker: a spare starts now
@@ -253,7 +253,7 @@ def test_a_zygote_whose_owner_is_killed_during_preload_exits_quietly(
         textwrap.dedent(f"""
         import os, pathlib, signal, sys, threading, time
         sys.path.insert(0, {str(tmp_path)!r})  # the zygote takes the owner's sys.path
-        from scorers.bounded import BoundedPool
+        from scorers.workers.bounded import BoundedPool
         pool = BoundedPool(size=1, preload=("slow_preload",), spares=0)
         threading.Thread(target=pool.warm, daemon=True).start()
         marker = pathlib.Path({str(tmp_path / "importing")!r})

@@ -57,7 +57,7 @@ PATHOLOGICAL = [
     "99999999!",
     "2^{2^{2^{2^{2^{2}}}}}",
     "\\sqrt{" * 60 + "x" + "}" * 60 + "+" + "(x+1)^{200}" * 40,
-    # presentation wrappers (scorers._mathparse.strip_presentation) at the size limit
+    # presentation wrappers (scorers.math._parse.strip_presentation) at the size limit
     "**" * 4_999 + "x" + "__" * 4_999,
     "Final Answer:\n" * 1_400,
     "\\[" * 4_999 + "x" + "\\]" * 4_999,

@@ -83,8 +83,8 @@ def test_concurrent_scoring_runs_at_most_pool_size_verifications(
     import threading
     import time
 
-    import scorers.math as math_module
-    from scorers.bounded import shared_pool
+    import scorers.math.grader as math_module
+    from scorers.workers.bounded import shared_pool
 
     real_verify = math_module._verify
     lock = threading.Lock()

@@ -14,10 +14,10 @@ from threading import Thread
 import pytest
 
 from flows.config import ConfigError, ModelConfig, TaskConfig, parse_config
-from flows.envvars import environ_set
 from flows.generate import run_generation
 from flows.mock_server import scripted_server
 from flows.model_servers import check_model_env, server_problem
+from flows.runtime.envvars import environ_set
 from warehouse import Warehouse
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.gate import current_fingerprints, evaluate_gates
-from flows.report import collect_report
+from flows.report.summary import collect_report
 from flows.rescore import rescore_flow, watch_verifiers
 from flows.score import score_flow
 from warehouse import Warehouse

@@ -44,7 +44,7 @@ def scored(tmp_path_factory, prefect_api):
 
 
 def _math_digest() -> str:
-    from scorers.fingerprint import fingerprint
+    from scorers.identity.fingerprint import fingerprint
     from scorers.registry import get_verifier
 
     return fingerprint(get_verifier("math")).digest

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.gate import evaluate_gates
-from flows.report import collect_report
+from flows.report.summary import collect_report
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.slow

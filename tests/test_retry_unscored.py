@@ -170,7 +170,7 @@ def _humaneval_log(log_dir: Path) -> str:
 def test_score_retry_unscored_grades_a_docker_outage_from_the_saved_log(
     docker_sandbox, prefect_api, tmp_path, monkeypatch
 ):
-    import scorers.sandbox as sandbox
+    import scorers.sandbox.pool as sandbox
 
     log = _humaneval_log(tmp_path / "logs")
     db = str(tmp_path / "gb.duckdb")
@@ -224,7 +224,7 @@ WATCH_ROWS = "SELECT sample_id, attempt, status, reason FROM scores ORDER BY ALL
 def test_the_watcher_grades_a_docker_outage_again_once_the_sandbox_is_back(
     docker_sandbox, prefect_api, tmp_path, monkeypatch, capsys
 ):
-    import scorers.sandbox as sandbox
+    import scorers.sandbox.pool as sandbox
 
     log = _humaneval_log(tmp_path / "logs")
     db = str(tmp_path / "gb.duckdb")

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from conftest import need
 
-from flows.reward_server import RewardServer
 from scorers.grade import SampleView
 from scorers.math import grade_math
 from scorers.rewards import openrlhf_reward
+from scorers.rewards.server import RewardServer
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from scorers.bounded import shared_pool
 from scorers.rewards import compute_score, openrlhf_reward, trl_reward, warm_up
+from scorers.workers.bounded import shared_pool
 
 LIMIT_S = 1.0
 SLACK_S = 0.5
@@ -181,7 +181,7 @@ def grind_in_worker(pid_file: str) -> None:
 
 
 def _grind_forever(pid_file: str) -> None:
-    pool = shared_pool(("scorers._symbolic",))  # the pool the child inherited at the fork
+    pool = shared_pool(("scorers.math._symbolic",))  # the pool the child inherited at the fork
     threading.Thread(
         target=pool.call,
         args=(f"{__name__}:grind_in_worker", pid_file),

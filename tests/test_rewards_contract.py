@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 
 import scorers.rewards
-from scorers.fingerprint import fingerprint
 from scorers.grade import SampleView
+from scorers.identity.fingerprint import fingerprint
 from scorers.math import grade_math
 from scorers.registry import get_verifier
 from scorers.rewards import (

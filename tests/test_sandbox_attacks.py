@@ -204,7 +204,7 @@ def test_host_unchanged_after_attacks(docker_sandbox, host_before):
     """Runs last in this module: no file, process or container is left on the host."""
     import docker
 
-    from scorers.sandbox import LABEL, OWNER_LABEL, close_default_pool
+    from scorers.sandbox.pool import LABEL, OWNER_LABEL, close_default_pool
 
     owner = docker_sandbox.containers_owner
     close_default_pool()

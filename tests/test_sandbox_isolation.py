@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from scorers.code import run_unit_tests
-from scorers.sandbox import LABEL, OWNER_LABEL, SandboxLimits, SandboxPool, reap_orphans
+from scorers.sandbox.pool import LABEL, OWNER_LABEL, SandboxLimits, SandboxPool, reap_orphans
 
 TESTS = "assert probe(1) == 1\n"
 
@@ -103,8 +103,8 @@ def test_leftovers_of_a_dead_owner_are_reaped(docker_sandbox):
     # here, so only the reaper can end it: the backstop for containers of older versions).
     import docker
 
-    from scorers.sandbox import create_container
-    from scorers.sandbox_image import image_tag, sandbox_users
+    from scorers.sandbox.image import image_tag, sandbox_users
+    from scorers.sandbox.pool import create_container
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -123,7 +123,7 @@ def test_leftovers_of_a_dead_owner_are_reaped(docker_sandbox):
 
 def test_no_docker_means_unscored_never_host(monkeypatch, tmp_path):
     """With the Engine unreachable the verdict is sandbox_unavailable and nothing ran."""
-    import scorers.sandbox as sandbox
+    import scorers.sandbox.pool as sandbox
     from scorers.code import grade_unit_tests
     from scorers.grade import SampleView
 

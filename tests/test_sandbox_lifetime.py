@@ -17,13 +17,13 @@ from contextlib import contextmanager
 
 import pytest
 
-from scorers.sandbox import INSIDE_MARGIN_S, LABEL, OWNER_LABEL
+from scorers.sandbox.pool import INSIDE_MARGIN_S, LABEL, OWNER_LABEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SCORER = """
 import sys, threading
-from scorers.sandbox import SandboxPool
+from scorers.sandbox.pool import SandboxPool
 pool = SandboxPool(concurrency=2)
 print(pool.containers_owner, flush=True)
 LOOP = "def f(x):\\n    while True:\\n        pass\\n"

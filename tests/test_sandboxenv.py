@@ -58,7 +58,7 @@ def record():
 def test_provider_runs_commands_in_a_locked_down_container(docker_sandbox, tmp_path):
     import docker
 
-    from scorers.sandbox import LABEL, OWNER_LABEL, owner_label
+    from scorers.sandbox.pool import LABEL, OWNER_LABEL, owner_label
 
     task = Task(
         dataset=[Sample(input="hi", target="x")],

@@ -126,7 +126,7 @@ def test_staged_files_load_once(wh, log, tmp_path):
 
 
 def test_register_verifier_and_samples_to_score(wh, log):
-    from scorers.fingerprint import VerifierFingerprint
+    from scorers.identity.fingerprint import VerifierFingerprint
 
     fp = VerifierFingerprint("math", "d1", "math v1", "source text", {"tol": 0})
     assert wh.register_verifier(fp) is True
@@ -213,7 +213,7 @@ def test_latest_scores_grade_flips_and_history(wh, log):
 
 
 def test_a_registered_verifier_orders_fingerprints_by_first_seen(wh, log):
-    from scorers.fingerprint import VerifierFingerprint
+    from scorers.identity.fingerprint import VerifierFingerprint
 
     run = log.eval.eval_id
     # "zzz" scored earlier but registered later than "aaa": registration decides which is newest

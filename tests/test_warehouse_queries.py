@@ -1,4 +1,4 @@
-"""Migration 5's run_metrics, run_pass_at_k and grade_flips give the numbers the v4 views gave.
+"""run_metrics, run_pass_at_k and grade_flips give the numbers the schema-version-4 views gave.
 
 The same score history (several epochs, three fingerprints, NULL values, unscored and errored
 rows, a verifier registered after it scored) is written through `Warehouse.write_scores` in

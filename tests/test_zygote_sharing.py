@@ -1,5 +1,5 @@
 """Sharing one zygote between processes: the scoring stage's workers boot a verifier's heavy
-helper (math: sympy, ~2 s of CPU) once per stage, not once per worker, and keep hard deadlines."""
+helper (math: sympy, seconds of CPU) once per stage, not once per worker, and keep hard deadlines."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import scorers.zygote as zygote
+import scorers.workers.zygote as zygote
 from flows.grading_pool import GradingPool
 from flows.score import ScoreOptions, grade_batch
-from scorers.bounded import BoundedPool, WorkerTimeout
 from scorers.registry import Verifier
+from scorers.workers.bounded import BoundedPool, WorkerTimeout
 
 # A stand-in for sympy: records every process that imports it, in a file next to it.
 _HEAVY = """
@@ -34,7 +34,7 @@ def sleep(seconds):
 """
 
 _VERIFIER = """
-from scorers.bounded import shared_pool
+from scorers.workers.bounded import shared_pool
 from scorers.grade import scored
 
 

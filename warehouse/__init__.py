@@ -1,7 +1,8 @@
 """gradebook: warehouse — the DuckDB score history (schema, log ingest, score writes, views).
 
 The documented views (runs, samples, messages, scores, current_scores, verifiers, latest_scores,
-run_metrics, grade_flips, score_history) are the user interface; see the README (The warehouse).
+run_metrics, grade_flips, score_history) are the user interface;
+see docs/reference/warehouse.md.
 """
 
 from warehouse.connection import WarehouseError, WarehouseLocked, WarehouseUnusable

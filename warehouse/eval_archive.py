@@ -1,7 +1,7 @@
 """Sample rows read straight out of a local `.eval` archive, without Inspect's pydantic models.
 
-Why: Inspect's reader validates every sample into models (~1.5 ms each here), which made ingest
-15x slower than `inspect_ai.analysis.samples_df`. A `.eval` file is a zip whose members are
+Why: Inspect's reader validates every sample into models, which makes ingest many times slower
+than `inspect_ai.analysis.samples_df`. A `.eval` file is a zip whose members are
 Zstandard-compressed JSON written by pydantic's serializer (`samples/<id>_epoch_<n>.json`).
 This module decompresses each member with `zstandard`, decodes only the fields the warehouse
 stores with `msgspec` (which skips the transcript `events` without building them), and keeps the
@@ -43,8 +43,8 @@ from warehouse.sample_rows import BadSample, SampleColumns, canonical_json, time
 
 SampleKey = tuple[str, int]
 
-# Samples per write transaction on this path: each transaction costs a connect and a checkpoint
-# (~60 ms here), so batches are larger than Inspect's path's; the byte cap bounds memory.
+# Samples per write transaction on this path: each transaction costs a connect and a
+# checkpoint, so batches are larger than Inspect's path's; the byte cap bounds memory.
 DIRECT_BATCH = 5000
 DIRECT_BATCH_BYTES = 64 << 20
 

@@ -1,8 +1,8 @@
 """Release gates over the warehouse: read a run's metrics, decide, record the decision.
 
-The decision itself is pure (warehouse.gate_rules); this module is the I/O around it. The gate
+The decision itself is pure (gates.rules); this module is the I/O around it. The gate
 evaluates each scorer under the fingerprint the caller says is *current* (computed from the
-verifier's code by scorers.fingerprint; passed in so the warehouse never imports scorers).
+verifier's code by scorers.identity.fingerprint; passed in so the warehouse never imports scorers).
 A run whose scores exist only under an older fingerprint cannot be evaluated: comparing a
 release against a verifier that has since changed is exactly what design principle 7 forbids,
 so the result names the `gradebook rescore` command to run instead.
@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from warehouse.commands import command
-from warehouse.connection import one
-from warehouse.gate_rules import (
+from gates.rules import (
     GateResult,
     GateRules,
     RuleResult,
@@ -29,10 +27,12 @@ from warehouse.gate_rules import (
     evaluate_rules,
     verdict_of,
 )
-from warehouse.gate_stats import PairedComparison, paired_comparison
+from gates.stats import PairedComparison, paired_comparison
+from warehouse.commands import command
+from warehouse.connection import one
 
 if TYPE_CHECKING:
-    from warehouse import Warehouse
+    from warehouse.store import Warehouse
 
 __all__ = [
     "GateResult",

@@ -1,7 +1,7 @@
-"""When a re-ingest may trust a log file's stat instead of hashing it (migration 7).
+"""When a re-ingest may trust a log file's stat instead of hashing it.
 
-Why: the re-ingest of a log that is already in is a no-op, but proving it by sha256 costs ~25 ms
-(in the page cache) to ~55 ms (not) on a 35 MB log here, on every `gradebook score` / `rescore` /
+Why: the re-ingest of a log that is already in is a no-op, but proving it by sha256 reads the whole
+log (tens of MB for a large eval), on every `gradebook score` / `rescore` /
 sweep re-run, before any grading starts. A local file whose size, mtime (ns) and inode are the
 ones recorded when its sha256 was taken holds the same bytes, with one exception that git's index
 handles the same way ("racy" entries): a write within the timestamp granularity of the recorded

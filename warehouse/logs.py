@@ -4,7 +4,7 @@ A local `.eval` written by the installed Inspect version is read directly from i
 (warehouse.eval_archive). Every other log goes through Inspect's own readers, so every log
 version Inspect can read is readable here. For those `.eval` logs the sample summaries say which (id, epoch) members exist; only the ones the
 warehouse lacks are then read, in batches through `read_eval_log_samples_by_id` (one shared zip
-reader: `read_eval_log_samples` reopens the archive for every sample, ~13 ms each here). A
+reader: `read_eval_log_samples` reopens the archive for every sample). A
 `.json` log is one JSON document, so it is read whole.
 
 Both readers read sample by sample as far as damage goes: one unreadable sample is reported
@@ -29,7 +29,7 @@ from inspect_ai.log import (
     read_eval_log_sample_summaries,
 )
 
-from warehouse import eval_archive
+import warehouse.eval_archive as eval_archive
 from warehouse.log_stamps import NO_STAMP, LogStamp
 from warehouse.sample_rows import (
     BadSample,

@@ -5,8 +5,8 @@ The schema version is the number of migrations applied; adding a migration means
 a file whose version is newer than this code knows is refused (an older gradebook must never
 write into a schema it does not understand).
 
-Tables live in the `wh` schema; users query the documented views in `main` (README, "The
-warehouse"), so a table can change shape behind a stable view.
+Tables live in the `wh` schema; users query the documented views in `main`
+(docs/reference/warehouse.md), so a table can change shape behind a stable view.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import duckdb
 
 from warehouse.connection import WarehouseError, one
-from warehouse.gate_migrations import GATES_TABLE_SQL, PASS_AT_K_SQL
+from warehouse.gate_tables import GATES_TABLE_SQL, PASS_AT_K_SQL
 from warehouse.log_stamps import LOG_STAMP_SQL
+from warehouse.metric_views import QUERY_VIEWS_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
-from warehouse.query_migrations import QUERY_VIEWS_SQL
-from warehouse.retry_migrations import RETRY_ATTEMPTS_SQL
+from warehouse.score_attempts import RETRY_ATTEMPTS_SQL
 from warehouse.verifier_modules import VERIFIER_MODULE_SQL
 
 

@@ -1,4 +1,4 @@
-"""Which fingerprint is a verifier's "newest": the one of its code as it is now (migration 8).
+"""Which fingerprint is a verifier's "newest": the one of its code as it is now.
 
 Why: views ordered a scorer's fingerprints by when each was first registered, so after an edit,
 a re-score and a revert the reverted-away fingerprint stayed "newest" in `latest_scores`,

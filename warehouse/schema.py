@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 # A score is one grading attempt of one sample by one verifier version; attempt 1 is the first
-# grading, n > 1 a retry of an unscored attempt n - 1 (README, "The warehouse": current_scores).
+# grading, n > 1 a retry of an unscored attempt n - 1 (docs/reference/warehouse.md: current_scores).
 SCORE_KEY = ("run_id", "sample_id", "epoch", "scorer", "fingerprint", "attempt")
 
 # Unscored reasons that say nothing about the answer, only that grading did not happen (the
@@ -75,7 +75,7 @@ def conform_scores(rows: pa.Table) -> pa.Table:
             columns.append(rows.column(f.name).cast(f.type))
         else:
             columns.append(pa.nulls(rows.num_rows, f.type))
-    # rows from before migration 6 (staged files, callers) have no attempt: their first one
+    # rows from before attempts were kept (staged files, callers) have no attempt: their first one
     at = SCORE_SCHEMA.get_field_index("attempt")
     columns[at] = pc.fill_null(columns[at], pa.scalar(1, pa.int32()))
     if pc.any(pc.less(columns[at], 1)).as_py():

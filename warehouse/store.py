@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from warehouse import log_stamps
+import warehouse.log_stamps as log_stamps
 from warehouse.commands import command
 from warehouse.connection import (
     WarehouseError,
@@ -34,10 +34,10 @@ from warehouse.connection import (
     sql_str,
     unusable,
 )
+from warehouse.metric_views import flip_pairs_select
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
 from warehouse.newest_fingerprint import CHANGED_SQL, RECORD_CURRENT_SQL
 from warehouse.prefetch import prefetch
-from warehouse.query_migrations import flip_pairs_select
 from warehouse.schema import (
     RETRYABLE_REASONS,
     SAMPLES_TO_SCORE_SCHEMA,
@@ -47,7 +47,7 @@ from warehouse.schema import (
 )
 
 if TYPE_CHECKING:
-    from warehouse import logs
+    import warehouse.logs as logs
 
 DEFAULT_DB = "gradebook.duckdb"
 _STAGED_DONE = "loaded"
@@ -273,7 +273,7 @@ class Warehouse:
     ) -> IngestResult:
         # Imported here: reading logs pulls in inspect_ai (seconds), which `gradebook sql` and
         # the score writers never need.
-        from warehouse import logs
+        import warehouse.logs as logs
 
         try:
             logs.check_log_path(path)
@@ -430,7 +430,7 @@ class Warehouse:
     # -- verifiers and scores ------------------------------------------------------------------
 
     def register_verifier(self, fp: Any, *, current: bool = False) -> bool:
-        """Record a verifier fingerprint (`scorers.fingerprint.VerifierFingerprint`).
+        """Record a verifier fingerprint (`scorers.identity.fingerprint.VerifierFingerprint`).
 
         Args:
             fp: the fingerprint.

@@ -1,4 +1,4 @@
-"""Which module provides each verifier (migration 9), so a command can say how to load it.
+"""Which module provides each verifier, so a command can say how to load it.
 
 Why: a verifier from a sweep config's `verifier_modules` scored runs, but a later `score`,
 `rescore`, `verifiers` or `gate` without that module did not know it (unknown verifier, a
@@ -24,7 +24,7 @@ CREATE OR REPLACE VIEW verifiers AS SELECT * FROM wh.verifiers;
 
 def recorded_verifiers(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
     """Every verifier the warehouse knows (registered, or with score rows) -> the module its
-    latest registration recorded (None: not recorded, e.g. registered before migration 9)."""
+    latest registration recorded (None: not recorded, e.g. registered by an older gradebook)."""
     rows = con.execute(
         """
         SELECT name, arg_max(module, first_seen) FILTER (WHERE module IS NOT NULL)

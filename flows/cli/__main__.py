@@ -1,0 +1,5 @@
+"""`python -m flows.cli`: the `gradebook` command without its console script."""
+
+from flows.cli._app import main
+
+main()

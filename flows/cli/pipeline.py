@@ -1,0 +1,527 @@
+"""The pipeline commands: sweep, generate, score, rescore, verifiers, serve.
+
+Exit codes: 0 ok, 1 a gate failed, 2 bad input or environment. Errors are one line naming the
+input and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from flows.runtime.console import console, err_console, quiet_prefect
+from flows.verifier_modules import ModulesOption
+
+__all__ = ["register"]
+
+T = TypeVar("T")
+
+DbOption = Annotated[
+    Path,
+    typer.Option("--db", envvar="GRADEBOOK_DB", help="DuckDB warehouse file (env GRADEBOOK_DB)."),
+]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show Prefect's own log lines and server output.")
+]
+WorkersOption = Annotated[
+    int | None, typer.Option("--workers", min=1, help="Scoring worker processes (default: CPUs).")
+]
+LockTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--lock-timeout",
+        envvar="GRADEBOOK_LOCK_TIMEOUT",
+        min=0,
+        help="Seconds a write waits for another process (a reader) to release the warehouse "
+        "(env GRADEBOOK_LOCK_TIMEOUT; default 5); graded results are kept in hand meanwhile.",
+    ),
+]
+RetryOption = Annotated[
+    bool,
+    typer.Option(
+        "--retry-unscored",
+        help="Also grade again samples left unscored for an infrastructure reason "
+        "(sandbox_unavailable, timeout, verifier_error); old rows stay.",
+    ),
+]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    # soft_wrap: an error is one line per problem, however narrow the terminal
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _run_flow(
+    verbose: bool,
+    fn: Callable[[], T],
+    meanwhile: Callable[[], object] | None = None,
+    lock_timeout: float | None = None,
+) -> T:
+    """Run `fn` (which calls flows) against a Prefect API; map known failures to exit 2.
+
+    `meanwhile` runs while a local Prefect server boots (checks that would otherwise wait).
+    `lock_timeout`: the warehouse lock timeout for every open the flows make.
+    SIGINT and SIGTERM stop the command (flows.runtime.interrupts): exit 130 or 143.
+    """
+    from flows.config import ConfigError
+    from flows.runtime.envvars import environ_set
+    from flows.runtime.interrupts import exit_code, stop_on_signals, stop_signal
+    from flows.runtime.server import PrefectServerError
+    from flows.runtime.session import PrefectUnavailable, prefect_session
+    from warehouse import WarehouseError
+    from warehouse.connection import LOCK_TIMEOUT_ENV
+
+    quiet_prefect(verbose)
+    env = {LOCK_TIMEOUT_ENV: str(lock_timeout)} if lock_timeout is not None else {}
+    try:
+        with environ_set(env), stop_on_signals(), prefect_session(meanwhile=meanwhile):
+            return fn()
+    except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseError) as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        stopped = stop_signal()
+        if stopped is None:
+            raise _fail("interrupted", 130) from None
+        raise typer.Exit(exit_code(stopped)) from None  # the handler said so, in one line
+
+
+def _no_op(check: Callable[[], T]) -> T | None:
+    """Run a warehouse-only check; a warehouse it cannot read is reported as the flow would."""
+    from warehouse import SchemaTooNew, WarehouseLocked, WarehouseMissing
+
+    try:
+        return check()
+    except (WarehouseLocked, WarehouseMissing, SchemaTooNew) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _load(config: Path, *, tasks: bool = False, generates: bool = False) -> Any:
+    """Load a sweep config; with `tasks`, also load each task once (before Prefect starts);
+    with `generates` (the command generates now), also check each model's environment and the
+    warehouse the results go to."""
+    from flows.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(config)
+        if tasks:
+            _check_tasks(cfg)
+        if generates:
+            from flows.model_servers import check_model_env
+
+            check_model_env(cfg)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    if generates:
+        _check_warehouse(cfg.warehouse)
+    return cfg
+
+
+def _check_warehouse(db: Path) -> None:
+    """Fail now, before Prefect starts or a model is called, on a --db that cannot be a
+    warehouse (not a DuckDB file, a missing directory, a read-only file system)."""
+    from warehouse import Warehouse, WarehouseError
+
+    try:
+        Warehouse(db).check()
+    except WarehouseError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _check_tasks(cfg: Any) -> None:
+    # Loading every task (Inspect's imports, the task files) takes a second or two: a command
+    # that runs flows does it while its local Prefect server boots (`_run_flow(meanwhile=)`),
+    # still before any model call; a task that does not load is exit 2 with one line.
+    from flows.task_specs import check_tasks
+
+    check_tasks(cfg)
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def summary_table(result: Any) -> Table:
+    """The end-of-sweep table: one row per (model, task, scorer) under current fingerprints."""
+    table = Table(title=f"sweep {result.name}", title_justify="left", pad_edge=False)
+    for col in ("model", "task", "scorer", "state"):
+        table.add_column(col, overflow="fold")
+    for col in ("n", "err", "scored", "unscored", "acc", "strict"):
+        table.add_column(col, justify="right")
+    table.add_column("gate", overflow="fold")
+    for r in result.rows:
+        unscored = str(r.unscored)
+        if r.unscored_reasons:
+            unscored += " (" + ", ".join(f"{k} {v}" for k, v in r.unscored_reasons.items()) + ")"
+        gate = {"pass": "[green]pass[/green]", "fail": "[red]FAIL[/red]"}.get(
+            r.gate or "", f"[yellow]{r.gate or '–'}[/yellow]"
+        )
+        table.add_row(
+            r.model,
+            r.task,
+            r.scorer or "–",
+            r.state if r.state == "done" else f"[yellow]{r.state}[/yellow]",
+            str(r.samples),
+            str(r.errored),
+            str(r.scored),
+            unscored,
+            _pct(r.accuracy),
+            _pct(r.accuracy_strict),
+            gate if r.note is None else f"{gate} [red]{r.note}[/red]",
+        )
+    return table
+
+
+def print_gate_problems(result: Any) -> None:
+    # soft_wrap: a problem names a command to run, which a folded line would break; escape:
+    # task names and paths are text, not markup
+    for gate in result.gates.values():
+        where = escape(f"{gate.task} / {gate.model}")
+        for rule in getattr(gate, "failing", []) or []:
+            console.print(f"  [red]gate[/red] {where}: {escape(_rule_text(rule))}", soft_wrap=True)
+        for problem in getattr(gate, "problems", []) or []:
+            console.print(f"  [yellow]gate[/yellow] {where}: {escape(problem)}", soft_wrap=True)
+
+
+def _rule_text(rule: Any) -> str:
+    detail = getattr(rule, "detail", None) or getattr(rule, "message", None)
+    return str(detail) if detail else str(rule)
+
+
+def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> None:
+    """Import the verifier modules the user named, then check every verifier name asked for
+    is loaded; a failure is one line that names the module or name and the fix (exit 2)."""
+    from flows.verifier_modules import VerifierLoadError, load_modules, unknown_verifiers
+
+    try:
+        load_modules(modules)
+    except VerifierLoadError as exc:
+        raise _fail(str(exc)) from None
+    problem = unknown_verifiers(names, db)
+    if problem:
+        raise _fail(problem)
+
+
+def _named_by_logs(logs: list[Path]) -> list[str]:
+    """The verifier names the logs record (names only: a log never makes us import code)."""
+    from flows.score import verifiers_of_log
+
+    names: list[str] = []
+    for log in logs:
+        try:
+            names += verifiers_of_log(log)[1]
+        except Exception:  # noqa: S112 - an unreadable log is reported by ingest, by name
+            continue
+    return names
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def sweep(
+    config: Annotated[Path, typer.Argument(help="Sweep TOML file.")],
+    workers: WorkersOption = None,
+    no_gate: Annotated[bool, typer.Option("--no-gate", help="Skip the gate step.")] = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary.
+
+    SIGINT or SIGTERM stops the whole sweep: the eval in flight is cancelled, what was written
+    (cancelled logs too) is ingested, the summary shows every pair; exit 130 or 143. A second
+    signal exits at once.
+    """
+    quiet_prefect(verbose)  # before Prefect is imported: its logging is set up then
+    from flows.sweep import run_sweep
+
+    cfg = _load(config, generates=True)
+    result = _run_flow(
+        verbose,
+        lambda: run_sweep(cfg, workers=workers, gate=not no_gate),
+        meanwhile=lambda: _check_tasks(cfg),
+    )
+    console.print(summary_table(result))
+    print_gate_problems(result)
+    if result.stopped is not None:
+        _print_stopped(result)
+    raise typer.Exit(result.exit_code)
+
+
+def _print_stopped(result: Any) -> None:
+    from flows.runtime.interrupts import signal_name
+
+    logs = [g.log for g in result.generations if g.log]
+    console.print(
+        f"sweep stopped by {signal_name(result.stopped)}: the logs written are in the warehouse"
+        + (", not all scored or gated" if logs else ""),
+        soft_wrap=True,
+    )
+
+
+def generate(
+    config: Annotated[Path, typer.Argument(help="Sweep TOML file.")],
+    verbose: VerboseOption = False,
+) -> None:
+    """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
+    quiet_prefect(verbose)
+    from flows.generate import generate_flow
+
+    cfg = _load(config, generates=True)
+    results = _run_flow(verbose, lambda: generate_flow(cfg), meanwhile=lambda: _check_tasks(cfg))
+    table = Table(title="generated logs", title_justify="left")
+    for col in ("model", "task", "samples", "errored", "status", "log"):
+        table.add_column(col)
+    for g in results:
+        table.add_row(g.model, g.task, str(g.samples), str(g.errored), g.status,
+                      g.log or f"[red]{g.error or '–'}[/red]")  # fmt: skip
+    console.print(table)
+    from flows.runtime.interrupts import exit_code, stop_signal
+
+    if stop_signal() is not None:
+        raise typer.Exit(exit_code(stop_signal()))
+    raise typer.Exit(2 if any(g.log is None for g in results) else 0)
+
+
+def score(
+    logs: Annotated[
+        list[Path], typer.Argument(help="Inspect .eval logs, or directories of logs, to score.")
+    ],
+    db: DbOption = Path("gradebook.duckdb"),
+    verifier: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--verifier", help="Verifier name (repeatable); default: those the log names."
+        ),
+    ] = None,
+    workers: WorkersOption = None,
+    scored_logs: Annotated[
+        Path | None,
+        typer.Option("--scored-logs", help="Also write scored copies of the logs into this dir."),
+    ] = None,
+    retry_unscored: RetryOption = False,
+    verifier_module: ModulesOption = None,
+    lock_timeout: LockTimeoutOption = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Score saved logs with their verifiers; samples already scored are skipped."""
+    missing = [str(p) for p in logs if not p.exists()]
+    if missing:
+        raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
+    _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
+    # decided from the warehouse before Prefect or Inspect are loaded: a no-op costs ~ `sql`
+    if scored_logs is None and all(p.is_file() for p in logs):
+        from flows.nothing_to_do import nothing_to_score
+
+        _load_verifiers(verifier_module, verifier or [], db)
+        noop = _no_op(lambda: nothing_to_score(logs, db, verifier, retry_unscored=retry_unscored))
+        if noop is not None:
+            console.print(noop, soft_wrap=True)
+            return
+
+    quiet_prefect(verbose)  # before Prefect is first imported
+    from flows.score import score_flow
+    from warehouse.logs import LogReadError, expand_log_paths
+
+    try:
+        paths = expand_log_paths(logs)
+    except LogReadError as exc:
+        raise _fail(str(exc)) from None
+    _load_verifiers(verifier_module, verifier or _named_by_logs(paths), db)
+    if scored_logs is not None:
+        from flows.scored_log import check_scored_log_dir
+
+        try:
+            check_scored_log_dir(paths, scored_logs)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    try:
+        summaries = _run_flow(
+            verbose,
+            lambda: score_flow(
+                paths,
+                str(db),
+                verifier,
+                workers,
+                scored_log_dir=str(scored_logs) if scored_logs else None,
+                retry_unscored=retry_unscored,
+            ),
+            lock_timeout=lock_timeout,
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    table = Table(title="scores written", title_justify="left")
+    for col in ("run", "scorer", "written", "retried", "scored", "correct", "unscored", "error"):
+        table.add_column(col)
+    for s in summaries:
+        table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.retried), str(s.scored),
+                      str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
+    console.print(table)
+    stale = sum(s.stale for s in summaries)
+    if stale:
+        console.print(
+            f"[yellow]{stale} sample(s) not graded: the verifier's code kept changing while they "
+            "were graded; run the command again once it is saved[/yellow]",
+            soft_wrap=True,
+        )
+    # what could not be read, one line each, as `ingest` reports it (the rest was scored)
+    problems = getattr(summaries, "problems", [])
+    for line in problems:
+        err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+    if problems:
+        raise typer.Exit(2)
+
+
+def rescore(
+    db: DbOption = Path("gradebook.duckdb"),
+    scorer: Annotated[
+        list[str] | None, typer.Option("--scorer", help="Only this verifier (repeatable).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change.")] = False,
+    workers: WorkersOption = None,
+    retry_unscored: RetryOption = False,
+    verifier_module: ModulesOption = None,
+    lock_timeout: LockTimeoutOption = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
+    from flows.rescore_plan import plan_rescore, record_current
+    from flows.verifier_modules import unloaded_verifiers
+
+    if not db.exists():
+        raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
+    _check_warehouse(db)
+    _load_verifiers(verifier_module, scorer or [], db)
+    # planned from the warehouse first: with nothing to do, no flow run (and no Prefect) at all
+    plans = _no_op(lambda: plan_rescore(db, scorer, retry_unscored=retry_unscored)) or []
+    if not dry_run and not any(p.changed for p in plans):
+        # a reverted verifier has nothing left to grade, but its code is "newest" again
+        _no_op(lambda: record_current(db, plans))
+    if not dry_run and any(p.changed for p in plans):
+        quiet_prefect(verbose)
+        from flows.rescore import rescore_flow
+
+        plans = _run_flow(
+            verbose,
+            lambda: rescore_flow(
+                str(db),
+                scorer,
+                verifier_modules=list(verifier_module or []),
+                workers=workers,
+                retry_unscored=retry_unscored,
+            ),
+            lock_timeout=lock_timeout,
+        )
+    table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
+    for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flipped"):
+        table.add_column(col)
+    for p in plans:
+        flips = "–" if dry_run or not p.changed else str(p.flipped_samples)
+        table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
+                      str(p.retries), flips)  # fmt: skip
+    console.print(table)
+    from flows.rescore_plan import MAX_FLIPS_SHOWN
+
+    for p in plans:
+        for f in p.flips[:MAX_FLIPS_SHOWN]:
+            console.print(
+                f"  flip {p.scorer} {f['run_id'][:10]} #{f['sample_id']}.{f['epoch']}: "
+                f"{f['old_value']} -> {f['new_value']}  ({f['new_explanation']})"
+            )
+        if len(p.flips) > MAX_FLIPS_SHOWN:
+            console.print(f"  … {len(p.flips) - MAX_FLIPS_SHOWN} more: SELECT * FROM grade_flips")
+    # verifiers that scored this warehouse but are not loaded here were not checked
+    for name, fix in [] if scorer else sorted(unloaded_verifiers(db).items()):
+        console.print(f"  not checked: verifier {name!r} is not loaded here: {fix}", soft_wrap=True)
+    if not any(p.changed for p in plans):
+        console.print(
+            "nothing to re-score: every verifier's fingerprint is current"
+            + (" and no sample is unscored for a retryable reason" if retry_unscored else "")
+        )
+
+
+def verifiers(
+    db: DbOption = Path("gradebook.duckdb"), verifier_module: ModulesOption = None
+) -> None:
+    """List verifiers: name, current fingerprint, label, first seen, samples graded."""
+    from flows.verifier_modules import unloaded_verifiers
+    from scorers.identity.fingerprint import fingerprint
+    from scorers.registry import all_verifiers
+    from warehouse import Warehouse, WarehouseError
+
+    _load_verifiers(verifier_module, [], db)
+    current = {name: fingerprint(v).digest for name, v in all_verifiers().items()}
+    seen: dict[tuple[str, str], tuple[Any, int]] = {}
+    if not db.exists():
+        err_console.print(
+            f"note: {escape(str(db))}: no warehouse here, so nothing is counted as graded; "
+            "pass --db (or set GRADEBOOK_DB) to count a warehouse's grades",
+            soft_wrap=True,
+        )
+    else:
+        try:
+            # best effort: a listing never waits for a writer (the next scoring records it)
+            Warehouse(db).record_current(current, wait=False)
+            with Warehouse(db).read() as con:
+                for name, digest, first, n in con.execute(
+                    "SELECT f.scorer, f.fingerprint, f.first_seen, "
+                    # per sample, by its latest attempt: an outage's unscored attempts are not
+                    # grades, and a retried sample counts once
+                    "(SELECT count(*) FROM current_scores s WHERE s.scorer = f.scorer "
+                    " AND s.fingerprint = f.fingerprint AND s.status = 'scored') "
+                    "FROM fingerprint_order f"
+                ).fetchall():
+                    seen[(name, digest)] = (first, n)
+        except WarehouseError as exc:
+            raise _fail(str(exc)) from None
+    table = Table(title="verifiers", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("fingerprint", no_wrap=True, min_width=12)
+    table.add_column("label", overflow="fold", ratio=1)
+    for col in ("first seen", "graded", "current"):
+        table.add_column(col)
+    for name, v in sorted(all_verifiers().items()):
+        digest = current[name]
+        first, n = seen.get((name, digest), (None, 0))
+        table.add_row(name, digest[:12], v.label, str(first or "–"), str(n), "yes")
+        for (other, d), (f, m) in sorted(seen.items()):
+            if other == name and d != digest:
+                table.add_row("", d[:12], "[dim](older)[/dim]", str(f or "–"), str(m), "")
+    unloaded = unloaded_verifiers(db)
+    for name, fix in sorted(unloaded.items()):
+        rows = sorted((d, f, m) for (other, d), (f, m) in seen.items() if other == name)
+        for i, (d, f, m) in enumerate(rows or [("–", None, 0)]):
+            label = f"[yellow]not loaded:[/yellow] {escape(fix)}" if i == 0 else ""
+            table.add_row(name if i == 0 else "", d[:12], label, str(f or "–"), str(m), "no")
+    console.print(table)
+
+
+def serve(
+    configs: Annotated[list[Path], typer.Argument(help="Sweep TOML files to schedule.")],
+    watch_every: Annotated[
+        int, typer.Option("--watch-every", min=5, help="Seconds between verifier checks.")
+    ] = 60,
+    verbose: VerboseOption = False,
+) -> None:
+    """Run sweeps on their cron schedules and re-score when a verifier changes; Ctrl-C stops."""
+    from flows.serve import serve_configs
+
+    # every config and its tasks before the server starts: a bad spec would otherwise fail
+    # only at its scheduled run, hours later, with nothing said at registration
+    cfgs = [_load(c, tasks=True) for c in configs]
+    for cfg in cfgs:
+        _check_warehouse(cfg.warehouse)
+    try:
+        code = serve_configs(cfgs, watch_every=watch_every, verbose=verbose)
+    except RuntimeError as exc:
+        raise _fail(str(exc)) from None
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the pipeline commands to the gradebook CLI."""
+    for fn in (sweep, generate, score, rescore, verifiers, serve):
+        app.command(fn.__name__)(fn)

@@ -1,0 +1,114 @@
+"""Terminal output: one rich console, progress bars, and keeping Prefect's own chatter out of it.
+
+Prefect logs every flow and task run to the console at INFO, and its temporary server prints
+start/stop lines and, on shutdown, tracebacks. Users of `gradebook` want the pipeline's
+progress and a summary; the flow and task runs stay visible in the Prefect UI when a server is
+used, because only the console handlers are silenced, not the API log handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+__all__ = [
+    "console",
+    "err_console",
+    "one_line",
+    "progress_bar",
+    "quiet_prefect",
+    "set_verbose",
+    "verbose",
+]
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+# Piped into a file or CI log, rich assumes 80 columns and folds the summary table's cells;
+# a log reader has a wide window, so lay tables out as on a wide terminal unless told otherwise.
+for _c in (console, err_console):
+    if not _c.is_terminal and "COLUMNS" not in os.environ:
+        _c.width = 120
+_VERBOSE = False
+_QUIETED = False
+
+# Must be in the environment before prefect is first imported: its settings are read then.
+# Inherited by the processes a command starts, e.g. `gradebook serve`'s flow runs: Prefect's
+# console lines stay out of the terminal as in the command itself (a cancelled run's task runs
+# each log a crash), while the API handler still ships every line to the UI; -v shows them.
+_QUIET_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",
+    "PREFECT_LOGGING_LOG_PRINTS": "false",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "CRITICAL",
+}
+
+
+def set_verbose(on: bool) -> None:
+    global _VERBOSE
+    _VERBOSE = on
+
+
+def verbose() -> bool:
+    return _VERBOSE
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one short line ("Type: message") for a table cell or an error message."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def quiet_prefect(verbose: bool = False) -> None:
+    """Hide Prefect's console logging (unless `verbose`); call before the first flow run, best
+    before Prefect is imported (its logging is configured then, from the environment)."""
+    global _QUIETED
+    set_verbose(verbose)
+    if verbose or _QUIETED:
+        return
+    _QUIETED = True
+    for key, value in _QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    if "prefect" in sys.modules:
+        # configured already, without these settings: again (it reads a YAML file)
+        import prefect.logging.configuration as prefect_logging
+
+        prefect_logging.setup_logging()
+    # Silence only the console handlers: the API handler still ships run logs to the UI.
+    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.server", ""):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and not _is_api_handler(handler):
+                handler.setLevel(logging.CRITICAL)
+    for name in ("uvicorn", "uvicorn.error", "docket", "httpx"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _is_api_handler(handler: logging.Handler) -> bool:
+    return type(handler).__name__ == "APILogHandler"
+
+
+@contextmanager
+def progress_bar(*, transient: bool = False) -> Iterator[Progress]:
+    """A rich progress display with a count, a bar, a percentage and the elapsed time."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=transient,
+    ) as progress:
+        yield progress

@@ -1,0 +1,125 @@
+"""The fingerprint's work saved on disk, so a new process does not parse every module again.
+
+A fresh process (a `gradebook score` run, a Prefect worker's flow run) would otherwise spend most
+of its first fingerprint parsing the verifier's modules and scanning every installed distribution for
+the import-name -> distribution map. Both are saved here and reused while their inputs are
+unchanged:
+
+- per-module facts, keyed on (module name, sha256 of the module's bytes): an edited file gets a
+  new key, and bytes seen before (an edit reverted) find theirs again;
+- the distribution map and the versions looked up, keyed on the mtimes of the `sys.path`
+  directories: installing or removing a distribution adds or removes an entry in one of them.
+
+The file lives in `$GRADEBOOK_CACHE_DIR`, else `$XDG_CACHE_HOME/gradebook`, else
+`~/.cache/gradebook`. It is a cache only: an unreadable, corrupt or foreign file is ignored and
+rewritten, and a failed write is ignored; neither ever changes a digest or raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_FORMAT = 2
+_MAX_FILES = 2000  # the newest entries kept: every edit of a module adds one
+# one file per format: a gradebook of another format sharing the directory (another checkout)
+# would otherwise replace the file on every call, and each process would start cold
+_FILE_NAME = f"fingerprint-{_FORMAT}.json"
+ENV_DIRS = ("site-packages", "dist-packages")
+_DIST_SUFFIXES = (".dist-info", ".egg-info")
+
+
+def cache_dir() -> Path:
+    """Where gradebook keeps caches (`GRADEBOOK_CACHE_DIR` > `XDG_CACHE_HOME` > ~/.cache)."""
+    explicit = os.environ.get("GRADEBOOK_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "gradebook"
+
+
+def _interpreter() -> str:
+    # ast.dump's text differs between Python versions: a cache from another one is not reused
+    return f"{sys.implementation.cache_tag} {sys.version}"
+
+
+def sys_path_stamp() -> list[list[Any]]:
+    """What changes when a distribution is installed or removed, per sys.path entry.
+
+    An environment directory (site-packages) gets a new mtime when a distribution's metadata
+    directory is added or removed. Any other directory (the working directory, a checkout on
+    PYTHONPATH) changes mtime whenever a file is written in it, so for those the names of the
+    distribution metadata directories they hold are compared instead.
+    """
+    stamp: list[list[Any]] = []
+    for entry in sys.path:
+        path = entry or "."
+        try:
+            if any(marker in Path(path).parts for marker in ENV_DIRS):
+                stamp.append([entry, os.stat(path).st_mtime_ns])
+            else:
+                with os.scandir(path) as it:
+                    names = sorted(e.name for e in it if e.name.endswith(_DIST_SUFFIXES))
+                stamp.append([entry, names])
+        except OSError:  # missing, a file (zip), unreadable: nothing that can change quietly
+            stamp.append([entry, None])
+    return stamp
+
+
+class FingerprintCache:
+    """The on-disk store: `files` (key -> facts dict) and `dists` (the distribution map)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, dict[str, Any]] = {}
+        self.dists: dict[str, Any] | None = None
+        self.dirty = False
+
+    @classmethod
+    def load(cls) -> FingerprintCache:
+        cache = cls()
+        try:
+            data = json.loads((cache_dir() / _FILE_NAME).read_text(encoding="utf-8"))
+            if data.get("format") != _FORMAT or data.get("interpreter") != _interpreter():
+                return cache
+            files, dists = data["files"], data.get("dists")
+            if isinstance(files, dict):
+                cache.files = files
+            if isinstance(dists, dict):
+                cache.dists = dists
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # missing or corrupt: start empty, the next save replaces it
+        return cache
+
+    def save(self) -> None:
+        """Write atomically (a reader sees the old file or the new one, never half of one)."""
+        if not self.dirty:
+            return
+        data = {
+            "format": _FORMAT,
+            "interpreter": _interpreter(),
+            "files": dict(list(self.files.items())[-_MAX_FILES:]),
+            "dists": self.dists,
+        }
+        directory = cache_dir()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{_FILE_NAME}.", suffix=".tmp", dir=directory)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(data, f)
+                os.replace(tmp, directory / _FILE_NAME)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            return  # a read-only home or a full disk only costs the next process the work
+        self.dirty = False
+
+
+def file_key(name: str, sha256: str) -> str:
+    return f"{name}\0{sha256}"

@@ -1,0 +1,227 @@
+"""An Inspect sandbox provider ("gradebook") on the same locked-down containers as the scorer.
+
+For agentic tasks that need a sandbox during generation on engines where Inspect's own docker
+sandbox cannot run (Engine < 24, no Compose v2). One container per sample, network-less,
+read-only root, tmpfs /work, resource caps, non-root; removed at sample cleanup. Use it as
+`Task(..., sandbox="gradebook")`. Commands run as the submission uid unless `user` is given.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import time
+from typing import Any, Literal, Union, overload
+
+import anyio
+from inspect_ai.util import ExecResult, SandboxEnvironment, SandboxEnvironmentConfigType, sandboxenv
+from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
+
+from scorers.sandbox.image import image_tag, sandbox_users
+from scorers.sandbox.pool import SandboxLimits, _frames, create_container, owner_label, reap_orphans
+
+# Writes stdin to argv[1], creating parent directories (the root filesystem is read-only,
+# so `docker cp`/put_archive cannot be used; only /work is writable).
+_WRITE = (
+    "import os, sys\n"
+    "path = sys.argv[1]\n"
+    "os.makedirs(os.path.dirname(path) or '.', exist_ok=True)\n"
+    "with open(path, 'wb') as f:\n"
+    "    f.write(sys.stdin.buffer.read())\n"
+)
+
+
+def _exec_blocking(
+    client: Any,
+    container_id: str,
+    cmd: list[str],
+    *,
+    user: str,
+    workdir: str,
+    env: dict[str, str] | None,
+    stdin: bytes | None,
+    timeout: float | None,
+    cap: int,
+) -> tuple[int, bytes, bytes]:
+    api = client.api
+    exec_id = api.exec_create(
+        container_id,
+        cmd,
+        stdin=stdin is not None,
+        stdout=True,
+        stderr=True,
+        user=user,
+        workdir=workdir,
+        environment=env,
+    )["Id"]
+    response = api.exec_start(exec_id, socket=True)
+    sock: socket.socket = getattr(response, "_sock", response)
+    out, err, buffer = bytearray(), bytearray(), bytearray()
+    deadline = time.monotonic() + timeout if timeout else None
+    try:
+        if stdin is not None:
+            sock.sendall(stdin)
+            sock.shutdown(socket.SHUT_WR)
+        while True:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                _kill_exec(api, exec_id)
+                raise TimeoutError(f"command timed out after {timeout}s: {cmd[:1]}")
+            ready, _, _ = select.select([sock], [], [], wait)
+            if not ready:
+                continue
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            buffer += chunk
+            for stream, data in _frames(buffer):
+                target = out if stream == 1 else err
+                target.extend(data)
+            if len(out) + len(err) > cap:
+                _kill_exec(api, exec_id)
+                raise RuntimeError(f"command output exceeded {cap} bytes")
+    finally:
+        sock.close()
+    code = api.exec_inspect(exec_id).get("ExitCode")
+    return (code if code is not None else 1), bytes(out), bytes(err)
+
+
+def _kill_exec(api: Any, exec_id: str) -> None:
+    # The exec's host pid: dockerd has no "kill exec" call. Killing it ends the command only.
+    pid = api.exec_inspect(exec_id).get("Pid")
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@sandboxenv(name="gradebook")
+class GradebookSandboxEnvironment(SandboxEnvironment):
+    """One hardened container per sample (see scorers/sandbox/pool.py for the limits)."""
+
+    def __init__(self, client: Any, container: Any) -> None:
+        super().__init__()
+        self._client = client
+        self._container = container
+        users = sandbox_users()
+        self._default_user = f"{users.sandbox_uid}:{users.sandbox_uid}"
+
+    @classmethod
+    async def task_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None) -> None:
+        import docker
+
+        await anyio.to_thread.run_sync(lambda: reap_orphans(docker.from_env()))
+
+    @classmethod
+    async def sample_init(
+        cls,
+        task_name: str,
+        config: SandboxEnvironmentConfigType | None,
+        metadata: dict[str, str],
+    ) -> dict[str, SandboxEnvironment]:
+        import docker
+
+        def start() -> GradebookSandboxEnvironment:
+            client = docker.from_env(timeout=120)
+            harness_uid = sandbox_users().harness_uid
+            container = create_container(
+                client,
+                image_tag(),
+                SandboxLimits(),
+                user=f"{harness_uid}:{harness_uid}",
+                owner=owner_label(),
+            )
+            return cls(client, container)
+
+        return {"default": await anyio.to_thread.run_sync(start)}
+
+    @classmethod
+    async def sample_cleanup(
+        cls,
+        task_name: str,
+        config: SandboxEnvironmentConfigType | None,
+        environments: dict[str, SandboxEnvironment],
+        interrupted: bool,
+    ) -> None:
+        for environment in environments.values():
+            env = environment.as_type(GradebookSandboxEnvironment)
+            await anyio.to_thread.run_sync(lambda e=env: e._container.remove())
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
+        stdin = input.encode() if isinstance(input, str) else input
+        workdir = cwd if cwd and cwd.startswith("/") else f"/work/{cwd}" if cwd else "/work"
+        code, out, err = await anyio.to_thread.run_sync(
+            lambda: _exec_blocking(
+                self._client,
+                self._container.id,
+                cmd,
+                user=user or self._default_user,
+                workdir=workdir,
+                env=env,
+                stdin=stdin,
+                timeout=timeout,
+                cap=SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE,
+            )
+        )
+        return ExecResult(
+            success=code == 0,
+            returncode=code,
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+        )
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        data = contents.encode() if isinstance(contents, str) else contents
+        result = await self.exec(
+            ["python3", "-I", "-S", "-c", _WRITE, self._path(file)], input=data
+        )
+        if not result.success:
+            if "Permission denied" in result.stderr:
+                raise PermissionError(f"cannot write {file}: {result.stderr.strip()[-200:]}")
+            raise RuntimeError(f"cannot write {file}: {result.stderr.strip()[-200:]}")
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> Union[str | bytes]:  # noqa: UP007
+        path = self._path(file)
+        code, out, err = await anyio.to_thread.run_sync(
+            lambda: _exec_blocking(
+                self._client,
+                self._container.id,
+                ["cat", "--", path],
+                user=self._default_user,
+                workdir="/work",
+                env=None,
+                stdin=None,
+                timeout=60,
+                cap=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE,
+            )
+        )
+        if code != 0:
+            message = err.decode(errors="replace")
+            if "No such file" in message:
+                raise FileNotFoundError(f"{file} does not exist in the sandbox")
+            if "Is a directory" in message:
+                raise IsADirectoryError(f"{file} is a directory")
+            raise PermissionError(f"cannot read {file}: {message.strip()[-200:]}")
+        return out.decode() if text else out
+
+    def _path(self, file: str) -> str:
+        return file if file.startswith("/") else f"/work/{file}"
