@@ -9,6 +9,7 @@ flow runs, real worker processes, a real DuckDB file.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import textwrap
@@ -110,6 +111,9 @@ def test_the_sweeps_early_workers_never_store_old_code_under_the_new_fingerprint
         return result
 
     monkeypatch.setattr(sweep_module, "current_fingerprints", edit_after_the_workers_imported)
+    # the pool starts early only for more than two chunks: chunks of 2 make 6 samples enough
+    small_chunks = functools.partial(sweep_module.ScoreOptions, chunk_size=2)
+    monkeypatch.setattr(sweep_module, "ScoreOptions", small_chunks)
     answer = flows_kit.mock_outputs(set())
 
     def answer_once_the_workers_imported(*args):
