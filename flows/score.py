@@ -192,8 +192,10 @@ class Samples:
     def __init__(self, table: pa.Table) -> None:
         from warehouse import SAMPLES_TO_SCORE_SCHEMA
 
-        if "attempt" not in table.column_names:
-            table = table.append_column("attempt", pa.nulls(table.num_rows, pa.int32()))
+        for name in ("attempt", "state"):
+            if name not in table.column_names:
+                kind = SAMPLES_TO_SCORE_SCHEMA.field(name).type
+                table = table.append_column(name, pa.nulls(table.num_rows, kind))
         self.table = table.select(SAMPLES_TO_SCORE_SCHEMA.names).cast(SAMPLES_TO_SCORE_SCHEMA)
         # what a verifier may read of each sample (SampleRow), and its generation error
         self.rows: list[SampleRow] = list(
@@ -223,7 +225,7 @@ class Samples:
         return self.table.select(_KEY_COLUMNS).take(pa.array(indices, pa.int64()))
 
 
-_SAMPLE_COLUMNS = ("completion", "target", "metadata", "sample_id")
+_SAMPLE_COLUMNS = ("completion", "target", "metadata", "sample_id", "state")
 
 
 def stream_grades(
@@ -644,6 +646,7 @@ def _score_runs(
                             retry=retry,
                             max_attempt=max_attempt,
                             skip_reasons=skip_reasons,
+                            state=verifier.reads_state,
                         )
                     )
                     label = f"score {name}" + (" (+ retries)" if retry else "")

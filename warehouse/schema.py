@@ -54,6 +54,8 @@ SAMPLES_TO_SCORE_SCHEMA = pa.schema(
         pa.field("metadata", pa.string()),
         pa.field("error", pa.string()),
         pa.field("attempt", pa.int32()),  # the attempt a grading of this sample writes
+        # what a rebuilt Inspect TaskState needs (JSON), for verifiers that read it; else null
+        pa.field("state", pa.string()),
     ]
 )
 
