@@ -123,8 +123,10 @@ def _check_tasks(cfg: Any) -> None:
     # that runs flows does it while its local Prefect server boots (`_run_flow(meanwhile=)`),
     # still before any model call; a task that does not load is exit 2 with one line.
     from flows.task_specs import check_tasks
+    from flows.verifier_specs import check_verifiers
 
     check_tasks(cfg)
+    check_verifiers(cfg)
 
 
 def _pct(x: float | None) -> str:
@@ -178,30 +180,41 @@ def _rule_text(rule: Any) -> str:
 
 
 def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> None:
-    """Import the verifier modules the user named, then check every verifier name asked for
-    is loaded; a failure is one line that names the module or name and the fix (exit 2)."""
-    from flows.verifier_modules import VerifierLoadError, load_modules, unknown_verifiers
+    """Import the verifier modules the user named (and the Inspect scorers the warehouse
+    records by registry name), then check every verifier asked for is loaded or is an Inspect
+    scorer spec; a failure is one line that names the module or name and the fix (exit 2)."""
+    from flows.verifier_modules import (
+        VerifierLoadError,
+        load_modules,
+        load_warehouse_scorers,
+        unknown_verifiers,
+    )
+    from flows.verifier_specs import names_for_entries
+    from scorers.inspect_scorers.specs import SpecError
 
     try:
         load_modules(modules)
     except VerifierLoadError as exc:
         raise _fail(str(exc)) from None
+    load_warehouse_scorers(db)
     problem = unknown_verifiers(names, db)
     if problem:
-        raise _fail(problem)
+        try:  # not a loaded verifier: an Inspect scorer the user names (trusted)
+            names_for_entries(names, trusted=True)
+        except SpecError as exc:
+            raise _fail(str(exc) if len(names) == 1 else f"{exc} ({problem})") from None
 
 
-def _named_by_logs(logs: list[Path]) -> list[str]:
-    """The verifier names the logs record (names only: a log never makes us import code)."""
-    from flows.score import verifiers_of_log
+def _check_logs_scorers(logs: list[str]) -> None:
+    """Logs scored with the verifiers they name or their own scorers: each log whose scorers
+    cannot be resolved is one line, and nothing is written (exit 2)."""
+    from flows.verifier_specs import log_problems
 
-    names: list[str] = []
-    for log in logs:
-        try:
-            names += verifiers_of_log(log)[1]
-        except Exception:  # noqa: S112 - an unreadable log is reported by ingest, by name
-            continue
-    return names
+    _, problems = log_problems(logs)
+    for line in problems:
+        err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+    if problems:
+        raise typer.Exit(2)
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -280,7 +293,9 @@ def score(
         paths = expand_log_paths(logs)
     except LogReadError as exc:
         raise _fail(str(exc)) from None
-    _load_verifiers(verifier_module, verifier or _named_by_logs(paths), db)
+    _load_verifiers(verifier_module, verifier or [], db)
+    if not verifier:
+        _check_logs_scorers(paths)
     if scored_logs is not None:
         from flows.scored_log import check_scored_log_dir
 

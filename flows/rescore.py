@@ -14,7 +14,6 @@ over, up to WATCH_MAX_ATTEMPT attempts per sample.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from prefect.cache_policies import NONE as NO_CACHE
 from flows.console import console
 from flows.score import RunScore, ScoreOptions, score_runs
 from warehouse.commands import command
-from warehouse.schema import RETRYABLE_REASONS
+from warehouse.schema import RECORDED_PREFIX, RETRYABLE_REASONS
 
 __all__ = [
     "EVENT_VERIFIER_CHANGED",
@@ -87,9 +86,14 @@ class RescorePlan:
         return len({(f["run_id"], f["sample_id"], f["epoch"]) for f in self.flips})
 
 
-def import_verifier_modules(modules: list[str]) -> None:
-    for mod in modules:
-        importlib.import_module(mod)
+def import_verifier_modules(modules: list[str], warehouse: str | Path | None = None) -> None:
+    """Load the verifiers the user named (modules, scorer files), and with `warehouse` the
+    Inspect scorers it records by registry name (flows.verifier_modules)."""
+    from flows.verifier_modules import load_modules, load_warehouse_scorers
+
+    load_modules(modules)
+    if warehouse is not None:
+        load_warehouse_scorers(warehouse)
 
 
 def plan_rescore(
@@ -107,10 +111,13 @@ def plan_rescore(
     with wh.read() as con:
         for name in names:
             fp = fingerprint(get_verifier(name))
+            # scores a log held (recorded rows) are history, not a version to re-score:
+            # `gradebook score LOG` grades those runs
             rows = con.execute(
                 "SELECT fingerprint, list(DISTINCT run_id ORDER BY run_id) FROM scores "
-                "WHERE scorer = ? AND fingerprint <> ? GROUP BY fingerprint ORDER BY fingerprint",
-                [name, fp.digest],
+                "WHERE scorer = ? AND fingerprint <> ? AND NOT starts_with(fingerprint, ?) "
+                "GROUP BY fingerprint ORDER BY fingerprint",
+                [name, fp.digest, RECORDED_PREFIX],
             ).fetchall()
             run_ids = {r for _, runs in rows for r in runs}
             if retry_unscored:
@@ -271,7 +278,7 @@ def rescore_flow(
         retry_unscored: also grade again samples left unscored for a retryable reason
             (sandbox_unavailable, timeout, verifier_error) under the current fingerprint.
     """
-    import_verifier_modules(verifier_modules or [])
+    import_verifier_modules(verifier_modules or [], warehouse)
     opts = ScoreOptions(workers=workers, progress=progress)
     return rescore_task(warehouse, scorers, dry_run, opts, retry_unscored)
 
@@ -406,7 +413,7 @@ def watch_verifiers(
     verifier, so automations can react too. Prints one line when a retry wrote rows, and
     nothing otherwise (it runs every minute).
     """
-    import_verifier_modules(verifier_modules or [])
+    import_verifier_modules(verifier_modules or [], warehouse)
     if not Path(warehouse).exists():
         return WatchResult([], InfraRetry())
     opts = ScoreOptions(workers=workers, progress=progress)

@@ -693,41 +693,35 @@ class _null_progress:  # noqa: N801 - used like a context manager function
 
 
 def verifiers_of_log(path: str | Path) -> tuple[str, list[str]]:
-    """The run id of a log and the verifiers gradebook's generate stage recorded in it.
+    """The run id of a log and the verifiers that score it: those gradebook's generate stage
+    recorded in it, else the log's own scorers (flows.verifier_specs: by registry name only).
 
     Raises:
-        ValueError: the log was not written by `gradebook generate` and names no verifiers.
+        ValueError: a scorer the log names cannot be resolved here (one line, names the log).
         warehouse.LogReadError: the path is not a readable Inspect log.
     """
+    from flows.verifier_specs import log_verifier_names
     from warehouse.logs import read_header
 
-    log = read_header(str(path))
-    names = (log.eval.metadata or {}).get("verifiers") or []
-    return log.eval.eval_id, [str(n) for n in names]
+    return read_header(str(path)).eval.eval_id, log_verifier_names(path)
 
 
 def ingest_and_plan(
     warehouse_path: str | Path, logs: Sequence[str | Path], verifiers: Iterable[str] | None
 ) -> tuple[dict[str, list[str]], list[Any]]:
     """Ingest logs and decide which verifiers score each; returns (plan, ingest results)."""
+    from flows.verifier_specs import names_for_entries
     from warehouse import Warehouse
 
+    # the user's --verifier entries (names, Inspect scorers, file.py@scorer): trusted
+    chosen = names_for_entries(verifiers or [], trusted=True)
     results = Warehouse(warehouse_path).ingest_logs([str(p) for p in logs])
-    chosen = list(verifiers or [])
     plan: dict[str, list[str]] = {}
     for res in results:
         # a log with damaged samples still has its readable ones stored: they are scored
         if not res.run_id:
             continue
-        names = chosen
-        if not names:
-            _, names = verifiers_of_log(res.path)
-        if not names:
-            raise ValueError(
-                f"{res.path}: the log names no verifiers (it was not written by "
-                "`gradebook generate`); pass --verifier NAME"
-            )
-        plan[res.run_id] = names
+        plan[res.run_id] = chosen or verifiers_of_log(res.path)[1]
     return plan, results
 
 
@@ -746,8 +740,15 @@ def _expected_samples(logs: Sequence[str]) -> int:
 
 def _verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
     """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
-    names = set(verifiers or [])
-    if not names:
+    names: set[str] = set()
+    if verifiers:
+        from flows.verifier_specs import names_for_entries
+
+        try:
+            names = set(names_for_entries(list(verifiers), trusted=True))
+        except ValueError:
+            return []  # the plan says why, with its own message
+    else:
         for path in logs:
             try:
                 names.update(verifiers_of_log(path)[1])

@@ -27,6 +27,7 @@ from flows.score import (
     start_early,
 )
 from flows.task_specs import check_tasks
+from flows.verifier_specs import check_verifiers, task_verifier_names
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -87,7 +88,7 @@ def _generate_and_score(
     cfg: SweepConfig, workers: int | None, progress: bool
 ) -> tuple[list[GenerationResult], dict[str, list[str]], list[RunScore]]:
     """The embedded stages: generate, ingest, score (and the retry pass), in this process."""
-    names = sorted({n for t in cfg.tasks for n in t.verifiers})
+    names = sorted({n for t in cfg.tasks for n in task_verifier_names(t)})
     loaded = current_fingerprints(names)
     opts = ScoreOptions(workers=workers, progress=progress)
     # The scoring workers start and the verifiers' helpers (math: sympy, ~2 s of CPU) boot
@@ -190,7 +191,7 @@ def summarise(
                     [scorer, digest, run_ids],
                 ).fetchall():
                     reasons.setdefault((run_id, scorer), {})[reason] = n
-    verifiers_of = {t.label: t.verifiers for t in cfg.tasks}
+    verifiers_of = {t.label: task_verifier_names(t) for t in cfg.tasks}
     rows: list[SummaryRow] = []
     for gen in generations:
         gate = gates.get(gen.run_id) if gen.run_id else None
@@ -263,6 +264,7 @@ def sweep_flow(
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
     check_tasks(cfg)  # a task that cannot load is bad input: stop before any model is called
+    check_verifiers(cfg)  # so is a scorer that cannot be resolved
     dispatch = None
     if cfg.cluster is not None:  # [cluster]: the stages run on Prefect work pools
         from flows.dispatch import run_cluster_stages
@@ -270,7 +272,7 @@ def sweep_flow(
         generations, plan, scores, dispatch = run_cluster_stages(cfg, progress=progress)
     else:
         generations, plan, scores = _generate_and_score(cfg, workers, progress)
-    names = sorted({n for t in cfg.tasks for n in t.verifiers})
+    names = sorted({n for t in cfg.tasks for n in task_verifier_names(t)})
     fingerprints = current_fingerprints(names)
     run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]
     gates = run_gates(cfg, run_ids, fingerprints) if gate and run_ids else {}

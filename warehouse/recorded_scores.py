@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 
 from warehouse.sample_rows import canonical_json, repaired, timestamp
-from warehouse.schema import SCORE_SCHEMA
-from warehouse.score_values import DICT_KEY_SEP, metadata_json, score_fields
+from warehouse.schema import RECORDED_PREFIX, SCORE_SCHEMA
+from warehouse.score_values import metadata_json, score_fields
 
 __all__ = [
     "RECORDED_PREFIX",
@@ -38,7 +38,6 @@ __all__ = [
     "stored_name",
 ]
 
-RECORDED_PREFIX = "recorded:"
 # gradebook's bundled verifiers: an Inspect scorer of the same name (Inspect's own `math()`) is
 # stored under its qualified registry name, so the two never read as versions of one verifier
 RESERVED_NAMES = ("math", "unit_tests")
@@ -137,8 +136,10 @@ def recorded_table(
     cols: dict[str, list[Any]] = {f.name: [] for f in SCORE_SCHEMA}
     for sample_id, epoch, key, score, completed in recorded:
         scorer = scorers[key]
-        for row in score_fields(score):
-            name = scorer.name if row.key is None else f"{scorer.name}{DICT_KEY_SEP}{row.key}"
+        # the score's own row; a dict value's key rows are added where every write adds
+        # them (Warehouse.write_scores: warehouse.score_values.dict_key_rows)
+        for row in score_fields(score)[:1]:
+            name = scorer.name
             for column, value in (
                 ("run_id", run_id),
                 ("sample_id", sample_id),

@@ -61,6 +61,10 @@ SAMPLES_TO_SCORE_SCHEMA = pa.schema(
 
 SCORE_STATUSES = ("scored", "unscored", "error")
 
+# the fingerprint of a score a log already held (warehouse.recorded_scores): never a verifier's
+# current one, so nothing re-scores or retries under it
+RECORDED_PREFIX = "recorded:"
+
 
 def conform_scores(rows: pa.Table) -> pa.Table:
     """Cast a score table to SCORE_SCHEMA (column order, types); missing optional columns are null.

@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "DICT_KEY_SEP",
+    "dict_key_rows",
     "metadata_json",
     "INSPECT_REASONS",
     "ScoreFields",
@@ -239,3 +240,42 @@ def to_inspect_score(
         reason=own_reason or (inspect_reason(reason) if status != "scored" else None),
         metadata=out_meta,
     )
+
+
+def dict_key_rows(table: Any) -> Any:
+    """The `<scorer>:<key>` rows of the dict-valued scores among score rows (an Arrow table
+    in SCORE_SCHEMA), or None when there are none: a dict-valued score's own row is `scored`
+    with a NULL value and the dict in `metadata.inspect_value`. Same run, sample, epoch,
+    fingerprint, attempt and time as its own row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    candidates = pc.and_(
+        pc.equal(table.column("status"), "scored"), pc.is_null(table.column("value"))
+    )
+    if not pc.any(candidates).as_py():
+        return None
+    parents = table.filter(candidates).to_pylist()
+    out: list[dict[str, Any]] = []
+    for row in parents:
+        try:
+            raw = json.loads(row["metadata"] or "{}").get("inspect_value")
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if not isinstance(raw, dict):
+            continue
+        for key, item in raw.items():
+            fields = _scalar(item, {"inspect_value": item}, None, row["answer"],
+                             row["explanation"] or "")  # fmt: skip
+            out.append(
+                {
+                    **row,
+                    "scorer": f"{row['scorer']}{DICT_KEY_SEP}{key}",
+                    "status": fields.status,
+                    "value": fields.value,
+                    "explanation": fields.explanation,
+                    "reason": fields.reason,
+                    "metadata": metadata_json(fields.metadata),
+                }
+            )
+    return pa.Table.from_pylist(out, schema=table.schema) if out else None

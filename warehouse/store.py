@@ -45,6 +45,7 @@ from warehouse.schema import (
     RetryScope,
     conform_scores,
 )
+from warehouse.score_values import dict_key_rows
 from warehouse.task_state_columns import STATE_JSON_SQL
 
 if TYPE_CHECKING:
@@ -761,6 +762,16 @@ def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:
 
 
 def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
+    # a dict-valued Inspect score is also a row per key (warehouse.score_values); the count
+    # returned is of the rows given (a key row is new exactly when its score's row is)
+    given = table.num_rows
+    keys = dict_key_rows(table)
+    if keys is not None:
+        table = pa.concat_tables([table, keys])
+    return min(given, _insert_scores(con, table))
+
+
+def _insert_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
     con.register("_incoming_scores", table)
     try:
         # Duplicate keys inside one batch are collapsed explicitly to one row each (which one is

@@ -47,6 +47,9 @@ __all__ = [
     "is_file_spec",
     "parse_entry",
     "resolve",
+    "spec_of",
+    "task_scorer_specs",
+    "log_scorer_specs",
 ]
 
 # what rebuilds the TaskState, runs the scorer and converts its Score (fingerprinted with it;
@@ -105,6 +108,18 @@ def parse_entry(entry: str | Mapping[str, Any], *, base: Path | None = None) -> 
         path = _find_file(file, base)
         return ScorerSpec(scorer=scorer or "", params=params, file=str(path), name=name)
     return ScorerSpec(scorer=text, params=params, name=name)
+
+
+def spec_of(entry: str | Mapping[str, Any], *, base: Path | None = None) -> str | ScorerSpec:
+    """`parse_entry`, also for a resolved spec's JSON (`ScorerSpec.to_json()`, with "kind"):
+    what a resolved config and a log's gradebook metadata hold."""
+    if isinstance(entry, Mapping) and "kind" in entry:
+        if entry.get("kind") not in ("registry", "file") or not isinstance(
+            entry.get("scorer"), str
+        ):
+            raise SpecError(f"verifier {dict(entry)!r}: not an Inspect scorer spec")
+        return ScorerSpec.from_json(entry)
+    return parse_entry(entry, base=base)
 
 
 def _find_file(file: str, base: Path | None) -> Path:
@@ -208,3 +223,76 @@ def _stored_name(registry_name: str) -> str:
 def inspect_verifier_specs() -> dict[str, dict[str, Any]]:
     """The Inspect scorer verifiers registered here: name -> spec JSON."""
     return {n: dict(v.spec) for n, v in all_verifiers().items() if v.spec is not None}
+
+
+def task_scorer_specs(task: Any) -> list[ScorerSpec]:
+    """The specs of a Task's own scorers (a task the user's config names: a scorer defined in a
+    file outside the installed packages becomes a file spec of that file).
+
+    Raises:
+        SpecError: a scorer that is not a registered @scorer, or whose params are not JSON.
+    """
+    import sys as _sys
+
+    from inspect_ai._util.registry import is_registry_object, registry_info, registry_params
+
+    from scorers import loaded_code
+
+    specs: list[ScorerSpec] = []
+    used: list[str] = []
+    for scorer in task.scorer or []:
+        if not is_registry_object(scorer):
+            raise SpecError(
+                f"task {task.name}: a scorer is not a registered @scorer; list the task's "
+                "scorers under verifiers"
+            )
+        info = registry_info(scorer)
+        params = dict(registry_params(scorer))
+        try:
+            json.dumps(params)
+        except TypeError:
+            raise SpecError(
+                f"task {task.name}: scorer {info.name} has params that are not JSON values; "
+                "list it under verifiers with JSON params"
+            ) from None
+        module = _sys.modules.get(getattr(scorer, "__module__", "") or "")
+        path = getattr(module, "__file__", None) if module is not None else None
+        short = info.name.rsplit("/", 1)[-1]
+        name = _unique(short, used)
+        if path and loaded_code.is_recorded_path(str(path)):
+            specs.append(ScorerSpec(short, params, file=str(Path(path).resolve()),
+                                    name=name if name != short else None))  # fmt: skip
+        else:
+            specs.append(ScorerSpec(info.name, params, name=name if name != short else None))
+    return specs
+
+
+def log_scorer_specs(header: Any) -> list[ScorerSpec]:
+    """The scorers a log says its task had, as `inspect score` resolves them
+    (`inspect_ai._eval.score.resolve_scorers`): `eval.scorers` (name + options), else
+    `results.scores` (name + params). Registry names only: a log never names a file to load."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    if header.eval.scorers is not None:
+        found = [(s.name, dict(s.options or {})) for s in header.eval.scorers]
+    elif header.results is not None:
+        seen = set()
+        for score in header.results.scores:
+            key = (score.scorer, json.dumps(score.params or {}, sort_keys=True, default=str))
+            if key not in seen:  # a dict-valued scorer has one EvalScore per key
+                seen.add(key)
+                found.append((score.scorer, dict(score.params or {})))
+    specs, used = [], []
+    for scorer, options in found:
+        short = scorer.rsplit("/", 1)[-1]
+        name = _unique(short, used)
+        specs.append(ScorerSpec(scorer, options, name=name if name != short else None))
+    return specs
+
+
+def _unique(name: str, used: list[str]) -> str:
+    """Inspect's name for the n-th scorer of one name in a task (`unique_scorer_name`)."""
+    out, n = name, 1
+    while out in used:
+        out, n = f"{name}{n}", n + 1
+    used.append(out)
+    return out
