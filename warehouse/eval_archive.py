@@ -425,6 +425,7 @@ def _add_raw_sample(columns: SampleColumns, raw: bytes) -> None:
         n_messages=len(messages),
         choices=s.choices,
         messages_json=json_safe(raw_messages.decode()),
+        sample_id_is_int=isinstance(s.id, int),
     )
     for key, score in (s.scores or {}).items():
         columns.recorded.append((sid, s.epoch, key, score, completed))

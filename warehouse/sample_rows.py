@@ -45,6 +45,7 @@ SAMPLES_SCHEMA = pa.schema(
         # migration 10 (warehouse.task_state_columns): what a rebuilt TaskState needs
         ("choices", pa.list_(pa.string())),
         ("messages_json", pa.string()),
+        ("sample_id_is_int", pa.bool_()),
     ]
 )
 
@@ -147,6 +148,7 @@ class SampleColumns:
             n_messages=len(s.messages),
             choices=list(s.choices) if s.choices is not None else None,
             messages_json=json_safe(messages_json(s.messages)),
+            sample_id_is_int=isinstance(s.id, int),
         )
         sid = str(s.id)
         for key, score in (s.scores or {}).items():

@@ -11,6 +11,8 @@ the way that solver parses it, which needs the run's solver plan and its options
 - `samples.messages_json`: the transcript's messages as Inspect serialises them (NULL for
   samples stored before this migration: an Inspect scorer leaves those unscored with reason
   `state_not_stored`).
+- `samples.sample_id_is_int`: the sample id was an integer in the log (`sample_id` is text;
+  a scorer sees the id as Inspect gave it).
 - `runs.plan`: the log's solver plan (steps with their params).
 - `verifiers.spec`: how to resolve that verifier again (an Inspect scorer's registry name and
   params, or its file; `recorded` for scores a log held). Read to re-resolve built-in and
@@ -22,6 +24,7 @@ from __future__ import annotations
 TASK_STATE_SQL = """
 ALTER TABLE wh.samples ADD COLUMN choices VARCHAR[];
 ALTER TABLE wh.samples ADD COLUMN messages_json JSON;
+ALTER TABLE wh.samples ADD COLUMN sample_id_is_int BOOLEAN;
 ALTER TABLE wh.runs ADD COLUMN plan JSON;
 ALTER TABLE wh.verifiers ADD COLUMN spec JSON;
 
@@ -38,5 +41,6 @@ CREATE OR REPLACE VIEW verifiers AS SELECT * FROM wh.verifiers;
 STATE_JSON_SQL = """json_object(
     'input', s.input, 'choices', s.choices, 'messages', s.messages_json, 'output', s.output,
     'store', s.store, 'uuid', s.uuid, 'epoch', s.epoch, 'n_messages', s.n_messages,
+    'id_is_int', s.sample_id_is_int,
     'model', r.model, 'plan', r.plan
 )::VARCHAR"""

@@ -116,9 +116,12 @@ def rebuild_state(
     target = Target(list(targets or []))
     choices = d.get("choices")
     model = str(d.get("model") or "none/none")
+    sid: int | str = sample_id if sample_id is not None else ""
+    if d.get("id_is_int") and isinstance(sid, str) and sid.lstrip("-").isdigit():
+        sid = int(sid)  # the id as Inspect gave it to the scorer at eval time
     state = TaskState(
         model=ModelName(model if "/" in model else f"{model}/{model}"),
-        sample_id=sample_id if sample_id is not None else "",
+        sample_id=sid,
         epoch=int(d.get("epoch") or 1),
         input=_input(d.get("input")),
         target=target,
