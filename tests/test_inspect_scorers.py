@@ -141,7 +141,8 @@ def test_a_scorer_that_raises_leaves_exactly_those_samples_unscored(
     _, plain = kit.twice(team, [str(2 * i) for i in range(1, 9)], tmp_path / "logs")
     db = tmp_path / "w.duckdb"
     [summary] = score_flow([plain.location], str(db), verifiers=[f"{scorer_file}@last_word"],
-                           workers=2, chunk_size=2, progress=False)  # fmt: skip
+                           workers=2, chunk_size=2, progress=False,
+                           scored_log_dir=str(tmp_path / "scored"))  # fmt: skip
     ours = _ours(db, plain.eval.eval_id, "last_word")
     unscored = {k[0]: v[3] for k, v in ours.items() if v[0] == "unscored"}
     assert unscored == {"2": "verifier_error", "5": "verifier_error", "4": "refusal"}
@@ -155,6 +156,48 @@ def test_a_scorer_that_raises_leaves_exactly_those_samples_unscored(
             "AND sample_id = '2'"
         ).fetchone()
     assert "boom on sample 2" in trace
+
+    # the scored copy: Inspect's ScoreReason, gradebook's finer code in the metadata
+    from inspect_ai.log import read_eval_log
+
+    copy = read_eval_log(str(tmp_path / "scored" / Path(plain.location).name))
+    written = {str(s.id): s.scores["last_word"] for s in copy.samples}
+    assert {k: (v.reason, v.metadata["gradebook_reason"]) for k, v in written.items()
+            if k in unscored} == {
+        "2": ("scoring_failed", "verifier_error"),
+        "5": ("scoring_failed", "verifier_error"),
+        "4": ("refusal", "refusal"),
+    }  # fmt: skip
+    assert all(written[k].value == "C" and written[k].reason is None for k in "13678")
+    [result] = [s for s in copy.results.scores if s.name == "last_word"]
+    assert result.scored_samples == 5 and result.unscored_samples == 3
+    assert result.metrics["accuracy"].value == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_choice_with_no_multiple_choice_solver_is_unscored_not_graded_wrong(
+    prefect_api, tmp_path: Path
+) -> None:
+    # choice() reads the marks multiple_choice puts on the choices; with a plain generate()
+    # solver the log has nothing to rebuild them from (Inspect grades every sample I here)
+    from inspect_ai import Task
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.scorer import choice
+    from inspect_ai.solver import generate
+
+    from flows.score import score_flow
+
+    task = Task(
+        dataset=MemoryDataset([Sample(input=f"Question {i}", choices=["a", "b"], target="A",
+                                      id=i) for i in (1, 2, 3)]),
+        solver=generate(), scorer=choice(), name="no_mc_solver",
+    )  # fmt: skip
+    _, plain = kit.twice(task, ["ANSWER: A"], tmp_path / "logs")
+    db = tmp_path / "w.duckdb"
+    score_flow([plain.location], str(db), workers=1, progress=False)
+    ours = _ours(db, plain.eval.eval_id, "choice")
+    assert {v[0] for v in ours.values()} == {"unscored"} and len(ours) == 3
+    assert {v[3] for v in ours.values()} == {"choice_marks_unknown"}
 
 
 @pytest.mark.slow
