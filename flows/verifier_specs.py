@@ -12,7 +12,7 @@ be resolved is one line naming the log and what to pass.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +101,17 @@ def entries_for_log(header: Any) -> list[Any]:
     return [s.to_json() for s in log_scorer_specs(header)]
 
 
-def log_verifier_names(path: str | Path) -> list[str]:
+def log_verifier_names(
+    path: str | Path, modules: Mapping[str, str | None] | None = None
+) -> list[str]:
     """The registered verifier names that score a log when none are given (untrusted: a file
     spec resolves only if this process already loaded it for the user).
+
+    Args:
+        path: the log.
+        modules: verifier name -> the module a warehouse records for it
+            (flows.verifier_modules.recorded_modules): a gradebook verifier the log names that
+            is not loaded here is then reported with the flag that loads it.
 
     Raises:
         SpecError: "LOG: why", one line.
@@ -118,22 +126,31 @@ def log_verifier_names(path: str | Path) -> list[str]:
         raise SpecError(
             f"{path}: the log names no scorer (no eval.scorers or results); pass --verifier NAME"
         )
+    from flows.verifier_modules import how_to_load
+    from scorers.registry import all_verifiers
+
+    for entry in entries:
+        if isinstance(entry, str) and entry in (modules or {}) and entry not in all_verifiers():
+            raise SpecError(f"{path}: unknown verifier {entry!r}: {how_to_load(entry, modules)}")
     try:
         return names_for_entries(entries, trusted=False)
     except SpecError as exc:
         raise SpecError(f"{path}: {exc}") from None
 
 
-def log_problems(paths: Sequence[str | Path]) -> tuple[list[str], list[str]]:
+def log_problems(
+    paths: Sequence[str | Path], modules: Mapping[str, str | None] | None = None
+) -> tuple[list[str], list[str]]:
     """(verifier names, one line per log whose scorers cannot be resolved), for logs scored
-    with no --verifier; unreadable logs are left for ingest to report."""
+    with no --verifier (`modules`: as `log_verifier_names`); unreadable logs are left for
+    ingest to report."""
     from scorers.inspect_scorers.specs import SpecError
 
     names: list[str] = []
     problems: list[str] = []
     for path in paths:
         try:
-            names += log_verifier_names(path)
+            names += log_verifier_names(path, modules)
         except SpecError as exc:
             problems.append(str(exc))
         except Exception:  # noqa: BLE001, S112 - unreadable: ingest names it

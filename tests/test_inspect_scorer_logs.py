@@ -130,6 +130,17 @@ def test_rescoring_real_logs_agrees_with_their_scores_and_keeps_them(
     assert {k: ("scored", value_to_float()(v[0].value)) for k, v in held.items()} == ours
     assert flips == 0  # today's scorers agree with what was recorded then
 
+    # `gradebook verifiers` lists the Inspect scorers and the recorded fingerprints
+    ran = cli_kit.gradebook(
+        "verifiers", "--db", str(db), env=cli_kit.shell_env(tmp_path / "home"), cwd=tmp_path
+    )
+    assert ran.code == 0, ran
+    lines = [line for line in ran.stdout.splitlines() if "│" in line]
+    choice_row = next(line for line in lines if line.startswith("│ choice "))
+    assert "Inspect scorer" in choice_row and "yes" in choice_row
+    assert any("recorded:0.3.154.dev44:" in line for line in lines)
+    assert "inspect_evals/NAME" in ran.stdout
+
 
 def _plain_match_log(tmp_path: Path) -> Any:
     from inspect_ai import eval as inspect_eval
