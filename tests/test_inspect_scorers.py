@@ -283,3 +283,80 @@ def test_an_inspect_evals_scorer_scores_through_the_stage(prefect_api, tmp_path:
         ).fetchone()
     assert module == "inspect_evals.utils.aime_common"
     assert json.loads(spec)["scorer"] == "inspect_evals/aime_scorer"
+
+
+def test_values_convert_as_inspects_value_to_float_and_unreadable_ones_are_unscored() -> None:
+    from inspect_ai.scorer import Score, value_to_float
+
+    from warehouse.score_values import score_fields
+
+    to_float = value_to_float()
+    for value in ("C", "I", "P", "N", True, False, 1, 0, 0.25, "0.5", "yes", "no", "true"):
+        [row] = score_fields(Score(value=value))
+        assert (row.status, row.value) == ("scored", to_float(value)), value
+        assert row.metadata["inspect_value"] == value  # the raw value is kept
+    # where Inspect would warn and count 0, gradebook does not call it wrong
+    for value in ("maybe", [1, 0]):
+        [row] = score_fields(Score(value=value))
+        assert (row.status, row.value, row.reason) == ("unscored", None, "unconvertible_value")
+    [row] = score_fields(Score.unscored(reason="refusal", explanation="refused"))
+    assert (row.status, row.reason, row.explanation) == ("unscored", "refusal", "refused")
+    assert [(r.key, r.status, r.value) for r in score_fields(Score(value={"a": "C", "b": 0.5}))] == [
+        (None, "scored", None), ("a", "scored", 1.0), ("b", "scored", 0.5)
+    ]  # fmt: skip
+
+
+DICT_SCORER = """
+from inspect_ai.scorer import Score, Target, mean, scorer
+from inspect_ai.solver import TaskState
+
+
+@scorer(metrics={"exact": [mean()], "length": [mean()]})
+def two_numbers():
+    async def score(state: TaskState, target: Target) -> Score:
+        text = state.output.completion.strip()
+        return Score(value={"exact": "C" if text == target.text else "I",
+                            "length": float(len(text))}, answer=text)
+
+    return score
+"""
+
+
+@pytest.mark.slow
+def test_a_dict_valued_scorer_is_a_row_per_key_and_its_scored_copy_keeps_the_dict(
+    prefect_api, tmp_path: Path
+) -> None:
+    from inspect_ai import Task
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.log import read_eval_log
+    from inspect_ai.solver import generate
+
+    from flows.score import score_flow
+    from scorers.inspect_scorers.factories import load_scorer_file
+
+    path = tmp_path / "dict_scorer.py"
+    path.write_text(DICT_SCORER)
+    scorer = load_scorer_file(str(path)).two_numbers()
+    task = Task(
+        dataset=MemoryDataset([Sample(input=f"Question {i}", target=str(i), id=i)
+                               for i in (1, 2, 3)]),
+        solver=generate(), scorer=scorer, name="dict_task",
+    )  # fmt: skip
+    scored, plain = kit.twice(task, ["1", "twenty", "333"], tmp_path / "logs")
+    db = tmp_path / "w.duckdb"
+    score_flow([plain.location], str(db), verifiers=[f"{path}@two_numbers"], workers=1,
+               progress=False, scored_log_dir=str(tmp_path / "out"))  # fmt: skip
+    run = plain.eval.eval_id
+    exact = {k[0]: v[1] for k, v in _ours(db, run, "two_numbers:exact").items()}
+    length = {k[0]: v[1] for k, v in _ours(db, run, "two_numbers:length").items()}
+    assert exact == {"1": 1.0, "2": 0.0, "3": 0.0}
+    assert length == {"1": 1.0, "2": 6.0, "3": 3.0}
+    parent = _ours(db, run, "two_numbers")
+    assert {v[0] for v in parent.values()} == {"scored"} and len(parent) == 3
+    copy = read_eval_log(str(tmp_path / "out" / Path(plain.location).name))
+    assert {s.id: s.scores["two_numbers"].value for s in copy.samples} == {
+        s.id: s.scores["two_numbers"].value for s in scored.samples
+    }
+    ours = {s.name: s.metrics["mean"].value for s in copy.results.scores}
+    theirs = {s.name: s.metrics["mean"].value for s in scored.results.scores}
+    assert ours == pytest.approx(theirs)
