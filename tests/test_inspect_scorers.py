@@ -25,8 +25,14 @@ def _own_registry():
     from scorers import registry
     from scorers.inspect_scorers import specs
 
-    saved, by_key = dict(registry._VERIFIERS), dict(specs._BY_KEY)
+    saved, by_key, path = dict(registry._VERIFIERS), dict(specs._BY_KEY), list(sys.path)
     yield
+    # each test writes its own copy of the team's files: the task file's `import team_scorer`
+    # must find this test's copy, not the module (or the sys.path entry a loaded scorer file
+    # adds) of an earlier test
+    for name in ("team_scorer", "team_task"):
+        sys.modules.pop(name, None)
+    sys.path[:] = path
     registry._VERIFIERS.clear()
     registry._VERIFIERS.update(saved)
     specs._BY_KEY.clear()
