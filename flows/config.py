@@ -366,10 +366,17 @@ def _resolve_verifiers(task: TaskConfig, base: Path, source: Path, index: int) -
             spec = spec_of(entry, base=base)
             verifier = resolve(spec, trusted=True)
         except SpecError as exc:
-            raise ConfigError(
-                f"{source}: tasks[{index}] ({task.task}).verifiers: {exc}; registered "
-                "verifiers: see `gradebook verifiers`"
-            ) from None
+            where = f"{source}: tasks[{index}] ({task.task}).verifiers"
+            if isinstance(entry, str) and "/" not in entry and not entry.endswith(".py"):
+                from scorers.registry import all_verifiers
+
+                known = sorted(n for n, v in all_verifiers().items() if v.spec is None)
+                raise ConfigError(
+                    f"{where}: unknown verifier(s) [{entry!r}]; registered: {', '.join(known)}; "
+                    "or an Inspect scorer: a registry name (match, choice, ...), "
+                    "inspect_evals/NAME, or FILE.py@NAME"
+                ) from None
+            raise ConfigError(f"{where}: {exc}") from None
         entries.append(entry if isinstance(spec, str) else dict(verifier.spec or {}))
     return task.model_copy(update={"verifiers": entries})
 
