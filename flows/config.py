@@ -133,14 +133,17 @@ class TaskConfig(_Strict):
         args: task args (Inspect's `task_args`).
         limit: score only the first N samples (None: all).
         epochs: how many times each sample is generated.
-        verifiers: names of registered verifiers (see `gradebook verifiers`).
+        verifiers: what scores it: gradebook verifier names (see `gradebook verifiers`),
+            Inspect scorers by registry name (`match`, `inspect_evals/...`), `file.py@scorer`,
+            or tables `{scorer = "...", params = {...}, name = "..."}`
+            (scorers.inspect_scorers.specs); empty (the default): the task's own scorers.
     """
 
     task: str
     args: dict[str, Any] = Field(default_factory=dict)
     limit: Annotated[int, Field(ge=1)] | None = None
     epochs: Annotated[int, Field(ge=1, le=1000)] = 1
-    verifiers: list[str] = Field(min_length=1)
+    verifiers: list[str | dict[str, Any]] = Field(default_factory=list)
 
     @field_validator("task")
     @classmethod
@@ -291,22 +294,16 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
             lines.setdefault(_loc(e["loc"], raw), _message(e))
         raise ConfigError("\n".join(f"{source}: {k}: {v}" for k, v in lines.items())) from None
     base = source.parent if source.suffix else Path.cwd()
-    from scorers.registry import all_verifiers
-
     _import_verifier_modules(cfg.verifier_modules, source)
-    known = all_verifiers()
-    for i, task in enumerate(cfg.tasks):
-        unknown = [v for v in task.verifiers if v not in known]
-        if unknown:
-            raise ConfigError(
-                f"{source}: tasks[{i}] ({task.task}).verifiers: unknown verifier(s) {unknown}; "
-                f"registered: {', '.join(sorted(known)) or 'none'}"
-            )
+    tasks = [
+        _resolve_verifiers(_resolve_task(t, base, source, i), base, source, i)
+        for i, t in enumerate(cfg.tasks)
+    ]
     return cfg.model_copy(
         update={
             "log_dir": _resolve(cfg.log_dir, base),
             "warehouse": _resolve(cfg.warehouse, base),
-            "tasks": [_resolve_task(t, base, source, i) for i, t in enumerate(cfg.tasks)],
+            "tasks": tasks,
             "cluster": _resolve_cluster(cfg.cluster, base),
             "source": source,
         }
@@ -354,6 +351,34 @@ def _find(relative: Path, base: Path, *, dirs: bool = False) -> Path | None:
         if path.is_file() or (dirs and path.is_dir()):
             return path.resolve()
     return None
+
+
+def _resolve_verifiers(task: TaskConfig, base: Path, source: Path, index: int) -> TaskConfig:
+    """Each `verifiers` entry resolved now (a bad one is one line naming the entry), kept as
+    the user wrote it but with a scorer file's path made absolute."""
+    if not task.verifiers:
+        return task  # the task's own scorers, read when the task is loaded (flows.verifier_specs)
+    from scorers.inspect_scorers.specs import SpecError, resolve, spec_of
+
+    entries: list[str | dict[str, Any]] = []
+    for entry in task.verifiers:
+        try:
+            spec = spec_of(entry, base=base)
+            verifier = resolve(spec, trusted=True)
+        except SpecError as exc:
+            where = f"{source}: tasks[{index}] ({task.task}).verifiers"
+            if isinstance(entry, str) and "/" not in entry and not entry.endswith(".py"):
+                from scorers.registry import all_verifiers
+
+                known = sorted(n for n, v in all_verifiers().items() if v.spec is None)
+                raise ConfigError(
+                    f"{where}: unknown verifier(s) [{entry!r}]; registered: {', '.join(known)}; "
+                    "or an Inspect scorer: a registry name (match, choice, ...), "
+                    "inspect_evals/NAME, or FILE.py@NAME"
+                ) from None
+            raise ConfigError(f"{where}: {exc}") from None
+        entries.append(entry if isinstance(spec, str) else dict(verifier.spec or {}))
+    return task.model_copy(update={"verifiers": entries})
 
 
 def _resolve_task(task: TaskConfig, base: Path, source: Path, index: int) -> TaskConfig:

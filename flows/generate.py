@@ -25,6 +25,7 @@ from flows.runtime.interrupts import during_eval, note_stop, stop_on_signals, st
 from flows.runtime.progress import generation_progress, quiet_hook_banner
 from flows.runtime.run_owner import record_owner
 from flows.task_specs import check_tasks, load_task
+from flows.verifier_specs import check_verifiers, task_verifier_entries
 
 __all__ = ["GenerationResult", "generate_flow", "generate_for_model"]
 
@@ -135,7 +136,7 @@ def run_generation(
                         tags=["gradebook", model_cfg.label],
                         metadata={
                             "gradebook_model": model_cfg.label,
-                            "verifiers": task_cfg.verifiers,
+                            "verifiers": task_verifier_entries(task_cfg),
                             **({"sweep": sweep} if sweep else {}),
                         },
                     )
@@ -247,6 +248,7 @@ def generate_flow(config: SweepConfig | str) -> list[GenerationResult]:
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
     check_tasks(cfg)
+    check_verifiers(cfg)
     return generate_models(cfg)
 
 

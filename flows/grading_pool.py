@@ -45,8 +45,10 @@ from scorers.workers.zygote import ZygoteBroker, reap_later
 
 __all__ = ["GradingPool", "SampleRow", "ResultRow", "grade_chunk", "grade_one"]
 
-# (completion, targets, metadata JSON, sample_id): what a verifier may read of one sample.
-SampleRow = tuple[str | None, list[str] | None, str | None, str | None]
+# (completion, targets, metadata JSON, sample_id[, state JSON]): what a verifier may read of
+# one sample; the state (what an Inspect TaskState is rebuilt from) only for verifiers that
+# read it (`Verifier.reads_state`), else None or absent.
+SampleRow = tuple[str | None, list[str] | None, str | None, str | None, str | None]
 # (status, value, answer, explanation, reason, metadata JSON, seconds)
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
@@ -102,7 +104,13 @@ def grade_chunk(
 
     Returns one result tuple per row, in order; the caller adds the key columns back. With
     `may_defer`, a row the verifier defers (status "deferred") must be graded again later.
+
+    A grade callable with a `grade_rows(rows, timeout_s)` method grades the chunk itself (an
+    Inspect scorer: async, so its samples are graded concurrently within one event loop).
     """
+    grade_rows = getattr(grade, "grade_rows", None)
+    if grade_rows is not None:
+        return grade_rows(rows, timeout_s)
     # SIGALRM is delivered to the main thread only: elsewhere the per-sample limit is off and
     # the verifier's own bounds are what hold (the math verifier's are hard)
     if threading.current_thread() is not threading.main_thread():
@@ -110,7 +118,7 @@ def grade_chunk(
     if timeout_s > 0 and hasattr(signal, "setitimer"):
         signal.signal(signal.SIGALRM, _on_alarm)
     out: list[ResultRow] = []
-    for completion, target, metadata, sample_id in rows:
+    for completion, target, metadata, sample_id, *state in rows:
         t0 = time.perf_counter()
         view = SampleView(
             completion=completion or "",
@@ -118,6 +126,7 @@ def grade_chunk(
             metadata=_loads(metadata),
             sample_id=sample_id,
             may_defer=may_defer,
+            state=state[0] if state else None,
         )
         g = grade_one(grade, view, timeout_s)
         if g.status == "deferred" and not may_defer:

@@ -172,7 +172,7 @@ def rescore_flow(
         retry_unscored: also grade again samples left unscored for a retryable reason
             (sandbox_unavailable, timeout, verifier_error) under the current fingerprint.
     """
-    import_verifier_modules(verifier_modules or [])
+    import_verifier_modules(verifier_modules or [], warehouse)
     opts = ScoreOptions(workers=workers, progress=progress)
     return rescore_task(warehouse, scorers, dry_run, opts, retry_unscored)
 
@@ -307,7 +307,7 @@ def watch_verifiers(
     verifier, so automations can react too. Prints one line when a retry wrote rows, and
     nothing otherwise (it runs every minute).
     """
-    import_verifier_modules(verifier_modules or [])
+    import_verifier_modules(verifier_modules or [], warehouse)
     if not Path(warehouse).exists():
         return WatchResult([], InfraRetry())
     opts = ScoreOptions(workers=workers, progress=progress)

@@ -6,12 +6,11 @@ Kept apart from the flows (flows/rescore.py) so that a `rescore` with nothing to
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from warehouse.schema import RETRYABLE_REASONS
+from warehouse.schema import RECORDED_PREFIX, RETRYABLE_REASONS
 
 if TYPE_CHECKING:
     from flows.score import RunScore
@@ -64,9 +63,14 @@ class RescorePlan:
         return len({(f["run_id"], f["sample_id"], f["epoch"]) for f in self.flips})
 
 
-def import_verifier_modules(modules: list[str]) -> None:
-    for mod in modules:
-        importlib.import_module(mod)
+def import_verifier_modules(modules: list[str], warehouse: str | Path | None = None) -> None:
+    """Load the verifiers the user named (modules, scorer files), and with `warehouse` the
+    Inspect scorers it records by registry name (flows.verifier_modules)."""
+    from flows.verifier_modules import load_modules, load_warehouse_scorers
+
+    load_modules(modules)
+    if warehouse is not None:
+        load_warehouse_scorers(warehouse)
 
 
 def plan_rescore(
@@ -84,10 +88,13 @@ def plan_rescore(
     with wh.read() as con:
         for name in names:
             fp = fingerprint(get_verifier(name))
+            # scores a log held (recorded rows) are history, not a version to re-score:
+            # `gradebook score LOG` grades those runs
             rows = con.execute(
                 "SELECT fingerprint, list(DISTINCT run_id ORDER BY run_id) FROM scores "
-                "WHERE scorer = ? AND fingerprint <> ? GROUP BY fingerprint ORDER BY fingerprint",
-                [name, fp.digest],
+                "WHERE scorer = ? AND fingerprint <> ? AND NOT starts_with(fingerprint, ?) "
+                "GROUP BY fingerprint ORDER BY fingerprint",
+                [name, fp.digest, RECORDED_PREFIX],
             ).fetchall()
             run_ids = {r for _, runs in rows for r in runs}
             if retry_unscored:

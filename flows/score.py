@@ -193,8 +193,10 @@ class Samples:
     def __init__(self, table: pa.Table) -> None:
         from warehouse import SAMPLES_TO_SCORE_SCHEMA
 
-        if "attempt" not in table.column_names:
-            table = table.append_column("attempt", pa.nulls(table.num_rows, pa.int32()))
+        for name in ("attempt", "state"):
+            if name not in table.column_names:
+                kind = SAMPLES_TO_SCORE_SCHEMA.field(name).type
+                table = table.append_column(name, pa.nulls(table.num_rows, kind))
         self.table = table.select(SAMPLES_TO_SCORE_SCHEMA.names).cast(SAMPLES_TO_SCORE_SCHEMA)
         # what a verifier may read of each sample (SampleRow), and its generation error
         self.rows: list[SampleRow] = list(
@@ -224,7 +226,7 @@ class Samples:
         return self.table.select(_KEY_COLUMNS).take(pa.array(indices, pa.int64()))
 
 
-_SAMPLE_COLUMNS = ("completion", "target", "metadata", "sample_id")
+_SAMPLE_COLUMNS = ("completion", "target", "metadata", "sample_id", "state")
 
 
 def stream_grades(
@@ -645,6 +647,7 @@ def _score_runs(
                             retry=retry,
                             max_attempt=max_attempt,
                             skip_reasons=skip_reasons,
+                            state=verifier.reads_state,
                         )
                     )
                     label = f"score {name}" + (" (+ retries)" if retry else "")
@@ -691,41 +694,35 @@ class _null_progress:  # noqa: N801 - used like a context manager function
 
 
 def verifiers_of_log(path: str | Path) -> tuple[str, list[str]]:
-    """The run id of a log and the verifiers gradebook's generate stage recorded in it.
+    """The run id of a log and the verifiers that score it: those gradebook's generate stage
+    recorded in it, else the log's own scorers (flows.verifier_specs: by registry name only).
 
     Raises:
-        ValueError: the log was not written by `gradebook generate` and names no verifiers.
+        ValueError: a scorer the log names cannot be resolved here (one line, names the log).
         warehouse.LogReadError: the path is not a readable Inspect log.
     """
+    from flows.verifier_specs import log_verifier_names
     from warehouse.logs import read_header
 
-    log = read_header(str(path))
-    names = (log.eval.metadata or {}).get("verifiers") or []
-    return log.eval.eval_id, [str(n) for n in names]
+    return read_header(str(path)).eval.eval_id, log_verifier_names(path)
 
 
 def ingest_and_plan(
     warehouse_path: str | Path, logs: Sequence[str | Path], verifiers: Iterable[str] | None
 ) -> tuple[dict[str, list[str]], list[Any]]:
     """Ingest logs and decide which verifiers score each; returns (plan, ingest results)."""
+    from flows.verifier_specs import names_for_entries
     from warehouse import Warehouse
 
+    # the user's --verifier entries (names, Inspect scorers, file.py@scorer): trusted
+    chosen = names_for_entries(verifiers or [], trusted=True)
     results = Warehouse(warehouse_path).ingest_logs([str(p) for p in logs])
-    chosen = list(verifiers or [])
     plan: dict[str, list[str]] = {}
     for res in results:
         # a log with damaged samples still has its readable ones stored: they are scored
         if not res.run_id:
             continue
-        names = chosen
-        if not names:
-            _, names = verifiers_of_log(res.path)
-        if not names:
-            raise ValueError(
-                f"{res.path}: the log names no verifiers (it was not written by "
-                "`gradebook generate`); pass --verifier NAME"
-            )
-        plan[res.run_id] = names
+        plan[res.run_id] = chosen or verifiers_of_log(res.path)[1]
     return plan, results
 
 
@@ -744,8 +741,15 @@ def _expected_samples(logs: Sequence[str]) -> int:
 
 def _verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
     """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
-    names = set(verifiers or [])
-    if not names:
+    names: set[str] = set()
+    if verifiers:
+        from flows.verifier_specs import names_for_entries
+
+        try:
+            names = set(names_for_entries(list(verifiers), trusted=True))
+        except ValueError:
+            return []  # the plan says why, with its own message
+    else:
         for path in logs:
             try:
                 names.update(verifiers_of_log(path)[1])

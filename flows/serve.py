@@ -56,6 +56,7 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
 
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
+    from flows.verifier_specs import scorer_files
 
     deployments = []
     watched: dict[str, list[str]] = {}
@@ -71,7 +72,8 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
             )
         )
         mods = watched.setdefault(str(cfg.warehouse), [])
-        mods += [m for m in cfg.verifier_modules if m not in mods]
+        # the config's scorer files too (`file.py@scorer`): the watcher loads only what it is told
+        mods += [m for m in [*cfg.verifier_modules, *scorer_files(cfg)] if m not in mods]
     for warehouse, modules in watched.items():
         deployments.append(
             watch_verifiers.to_deployment(

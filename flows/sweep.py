@@ -30,6 +30,7 @@ from flows.score import (
     start_early,
 )
 from flows.task_specs import check_tasks
+from flows.verifier_specs import check_verifiers, task_verifier_names
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -102,7 +103,7 @@ def _generate_and_score(
     cancelled logs included, is still ingested, and scoring is skipped (or ends where it was:
     the scores written stay).
     """
-    names = sorted({n for t in cfg.tasks for n in t.verifiers})
+    names = sorted({n for t in cfg.tasks for n in task_verifier_names(t)})
     loaded = current_fingerprints(names)
     opts = ScoreOptions(workers=workers, progress=progress)
     # The scoring workers start and the verifiers' helpers (math: sympy, seconds of CPU) boot
@@ -223,7 +224,7 @@ def summarise(
                     [scorer, digest, run_ids],
                 ).fetchall():
                     reasons.setdefault((run_id, scorer), {})[reason] = n
-    verifiers_of = {t.label: t.verifiers for t in cfg.tasks}
+    verifiers_of = {t.label: task_verifier_names(t) for t in cfg.tasks}
     rows: list[SummaryRow] = []
     for gen in generations:
         gate = gates.get(gen.run_id) if gen.run_id else None
@@ -302,6 +303,7 @@ def sweep_flow(
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
     # a task that cannot load is bad input: stop before any model is called
     expected = check_tasks(cfg)
+    check_verifiers(cfg)  # so is a scorer that cannot be resolved
     dispatch = None
     # SIGINT/SIGTERM stop the sweep in order (inside the flow run: Prefect's engine installs
     # its own SIGTERM handler, which Inspect would take for a sample error)
@@ -313,7 +315,7 @@ def sweep_flow(
         else:
             generations, plan, scores = _generate_and_score(cfg, workers, progress, expected)
         stopped = stop_signal()
-        names = sorted({n for t in cfg.tasks for n in t.verifiers})
+        names = sorted({n for t in cfg.tasks for n in task_verifier_names(t)})
         fingerprints = current_fingerprints(names)
         run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]
         gates = run_gates(cfg, run_ids, fingerprints) if gate and run_ids and not stopped else {}

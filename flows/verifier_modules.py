@@ -13,6 +13,7 @@ names the exact flag instead.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated
@@ -48,12 +49,24 @@ class VerifierLoadError(ValueError):
 
 
 def load_modules(modules: Iterable[str] | None, *, option: str = "--verifier-module") -> None:
-    """Import the modules the user named.
+    """Import the modules the user named; an entry `path/file.py@scorer` (or `file.py`) loads
+    the Inspect scorer that file defines as a verifier (scorers.inspect_scorers.specs).
 
     Raises:
         VerifierLoadError: one of them cannot be imported (not found, or it raised).
     """
     for module in modules or []:
+        from scorers.inspect_scorers.specs import SpecError, is_file_spec, resolve, spec_of
+
+        if is_file_spec(module) or module.startswith("{"):
+            # a scorer file, or a scorer spec as JSON (what `serve` hands its watcher for a
+            # config's scorer with params)
+            try:
+                entry = json.loads(module) if module.startswith("{") else module
+                resolve(spec_of(entry), trusted=True)
+            except (SpecError, ValueError) as exc:
+                raise VerifierLoadError(f"{option} {module}: {exc}") from None
+            continue
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - any failure of a user's module is reported
@@ -83,8 +96,62 @@ def recorded_modules(db: str | Path) -> dict[str, str | None]:
         return {}  # the command reports an unusable warehouse itself
 
 
-def how_to_load(name: str, recorded: dict[str, str | None]) -> str:
+def load_warehouse_scorers(db: str | Path) -> list[str]:
+    """Register the Inspect scorers the warehouse records by registry name (built-in or from
+    an installed package: resolving one imports no file a warehouse names), so `rescore`, the
+    watcher, `gate` and `verifiers` check them as they check gradebook's own verifiers; a file
+    scorer is only named (`how_to_load`). One that no longer resolves here (its package was
+    uninstalled) stays unloaded and is reported as such.
+
+    Returns:
+        The names registered.
+    """
+    from scorers.inspect_scorers.specs import SpecError, resolve, spec_of
+    from scorers.registry import all_verifiers
+
+    loaded = []
+    for name, spec in _recorded_specs(db).items():
+        if spec.get("kind") != "registry" or name in all_verifiers():
+            continue
+        try:
+            loaded.append(resolve(spec_of(spec), trusted=False).name)
+        except (SpecError, ValueError):
+            continue
+    return loaded
+
+
+def _recorded_specs(db: str | Path) -> dict[str, dict]:
+    import duckdb
+
+    from warehouse import SchemaTooNew, Warehouse, WarehouseLocked
+    from warehouse.verifier_modules import recorded_specs
+
+    if not Path(db).exists():
+        return {}
+    try:
+        with Warehouse(db).read() as con:
+            return recorded_specs(con)
+    except (SchemaTooNew, WarehouseLocked, OSError, duckdb.Error):
+        return {}
+
+
+def how_to_load(
+    name: str, recorded: dict[str, str | None], specs: dict[str, dict] | None = None
+) -> str:
     """The fix for a verifier that is not loaded here, as the end of a one-line message."""
+    spec = (specs or {}).get(name) or {}
+    if spec.get("kind") == "file":
+        return f"pass --verifier-module {spec.get('file')}@{spec.get('scorer')} (the scorer file)"
+    if spec.get("kind") == "registry":
+        return (
+            f"it is the Inspect scorer {spec.get('scorer')!r}, which does not resolve here: "
+            "install the package that defines it"
+        )
+    if spec.get("kind") == "recorded":
+        return (
+            "its scores were recorded in logs by Inspect: grade them here with "
+            "`gradebook score LOG` (the task's own scorers) or --verifier NAME"
+        )
     module = recorded.get(name)
     if module:
         return (
@@ -107,7 +174,7 @@ def unknown_verifiers(names: Sequence[str], db: str | Path) -> str | None:
     name = unknown[0]
     more = f" (and {', '.join(repr(n) for n in unknown[1:])})" if len(unknown) > 1 else ""
     return (
-        f"unknown verifier {name!r}{more}: {how_to_load(name, recorded)}; "
+        f"unknown verifier {name!r}{more}: {how_to_load(name, recorded, _recorded_specs(db))}; "
         f"loaded verifiers: {', '.join(sorted(known)) or 'none'}"
     )
 
@@ -116,7 +183,14 @@ def unloaded_verifiers(db: str | Path) -> dict[str, str]:
     """Verifiers the warehouse has fingerprints or scores of that are not loaded here ->
     how to load each (the end of a one-line message)."""
     from scorers.registry import all_verifiers
+    from warehouse.score_values import DICT_KEY_SEP
 
     recorded = recorded_modules(db)
+    specs = _recorded_specs(db)
     known = all_verifiers()
-    return {n: how_to_load(n, recorded) for n in sorted(recorded) if n not in known}
+    return {
+        n: how_to_load(n, recorded, specs)
+        for n in sorted(recorded)
+        # a dict-valued scorer's `<scorer>:<key>` rows belong to their scorer
+        if n not in known and n.split(DICT_KEY_SEP, 1)[0] not in known
+    }

@@ -29,6 +29,10 @@ class SampleView:
     `deadline`: a `time.monotonic()` instant by which the grade must be returned. Waiting for a
     helper that other callers hold counts against it (an RL reward called from many threads at
     once must still answer in time). None: the verifier's own limit, after waiting its turn.
+
+    `state`: the stored sample as one JSON document (input, choices, messages, output, store,
+    the run's model and solver plan), for a verifier that rebuilds Inspect's TaskState from it
+    (`Verifier.reads_state`); None for the others.
     """
 
     completion: str
@@ -37,6 +41,7 @@ class SampleView:
     sample_id: str | int | None = None
     may_defer: bool = False
     deadline: float | None = None
+    state: str | None = None
 
     @property
     def targets(self) -> list[str]:

@@ -22,6 +22,12 @@ class Verifier:
         helpers: preload-module sets of the zygotes its grade function forks helper processes
             from (scorers.workers.bounded; math: `("scorers.math._symbolic",)`, which imports sympy). The
             scoring stage boots each once, as soon as it starts, and shares it with its workers.
+        code: more modules whose code decides its verdicts, fingerprinted like `module` (an
+            Inspect scorer: gradebook's TaskState rebuild and value conversion).
+        reads_state: its grade function reads `SampleView.state` (the stored sample as Inspect's
+            TaskState needs it), so the stage reads that from the warehouse too.
+        spec: how to resolve it again in another process (JSON; an Inspect scorer's registry
+            name and params, or its file), recorded with its fingerprint (`verifiers.spec`).
     """
 
     name: str
@@ -30,6 +36,9 @@ class Verifier:
     params: Mapping[str, Any] = field(default_factory=dict)
     label: str = ""
     helpers: tuple[tuple[str, ...], ...] = ()
+    code: tuple[str, ...] = ()
+    reads_state: bool = False
+    spec: Mapping[str, Any] | None = None
 
 
 _VERIFIERS: dict[str, Verifier] = {}

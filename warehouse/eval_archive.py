@@ -39,7 +39,13 @@ from inspect_ai.log import (
     read_eval_log_samples_by_id,
 )
 
-from warehouse.sample_rows import BadSample, SampleColumns, canonical_json, timestamp
+from warehouse.sample_rows import (
+    BadSample,
+    SampleColumns,
+    canonical_json,
+    json_safe,
+    timestamp,
+)
 
 SampleKey = tuple[str, int]
 
@@ -150,6 +156,8 @@ class _Sample(msgspec.Struct):
     working_time: float | None = None
     started_at: str | None = None
     completed_at: str | None = None
+    choices: list[str] | None = None
+    scores: dict[str, dict[str, Any]] | None = None
 
 
 class _Message(msgspec.Struct):
@@ -415,7 +423,12 @@ def _add_raw_sample(columns: SampleColumns, raw: bytes) -> None:
         started_at=started,
         completed_at=completed,
         n_messages=len(messages),
+        choices=s.choices,
+        messages_json=json_safe(raw_messages.decode()),
+        sample_id_is_int=isinstance(s.id, int),
     )
+    for key, score in (s.scores or {}).items():
+        columns.recorded.append((sid, s.epoch, key, score, completed))
     for idx, (m, text, tool_error) in enumerate(zip(messages, texts, tool_errors, strict=True)):
         columns.add_message(
             sample_id=sid,

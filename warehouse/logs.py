@@ -190,6 +190,7 @@ def run_row(
             "log_size": size,
             "inspect_version": spec.packages.get("inspect_ai") if spec.packages else None,
             "eval_spec": spec.model_dump_json(exclude_none=True),
+            "plan": header.plan.model_dump_json(exclude_none=True) if header.plan else None,
             **(stamp.columns() if stamp is not None else NO_STAMP),
         },
     )

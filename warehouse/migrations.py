@@ -21,6 +21,7 @@ from warehouse.log_stamps import LOG_STAMP_SQL
 from warehouse.metric_views import QUERY_VIEWS_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
 from warehouse.score_attempts import RETRY_ATTEMPTS_SQL
+from warehouse.task_state_columns import TASK_STATE_SQL
 from warehouse.verifier_modules import VERIFIER_MODULE_SQL
 
 
@@ -219,6 +220,10 @@ MIGRATIONS: list[Migration] = [
     Migration("runs.log_mtime_ns, log_inode, log_seen_at: stat-checked re-ingest", LOG_STAMP_SQL),
     Migration("fingerprint_changes, current_verifiers: newest = current", NEWEST_FINGERPRINT_SQL),
     Migration("verifiers.module: the module that provides each verifier", VERIFIER_MODULE_SQL),
+    Migration(
+        "samples.choices, samples.messages_json, runs.plan, verifiers.spec: Inspect scorers",
+        TASK_STATE_SQL,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

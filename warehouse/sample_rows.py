@@ -42,6 +42,10 @@ SAMPLES_SCHEMA = pa.schema(
         ("completed_at", pa.timestamp("us", tz="UTC")),
         ("n_messages", pa.int32()),
         ("ingested_at", pa.timestamp("us", tz="UTC")),
+        # migration 10 (warehouse.task_state_columns): what a rebuilt TaskState needs
+        ("choices", pa.list_(pa.string())),
+        ("messages_json", pa.string()),
+        ("sample_id_is_int", pa.bool_()),
     ]
 )
 
@@ -106,6 +110,9 @@ class SampleColumns:
         # samples of this batch (or, in the first batch, already stored ones) that could not
         # be read: reported, and the run is not marked complete
         self.bad: list[BadSample] = []
+        # the scores the log holds for these samples (warehouse.recorded_scores):
+        # (sample_id, epoch, scorer key, Score or its dict, completed_at)
+        self.recorded: list[tuple[str, int, str, Any, datetime | None]] = []
 
     def __len__(self) -> int:
         return len(self.cols["run_id"])
@@ -126,9 +133,9 @@ class SampleColumns:
             error=s.error.message if s.error else None,
             error_traceback=s.error.traceback if s.error else None,
             output=_output_json(output) if output else None,
-            metadata=_json_safe(canonical_json(s.metadata or {})),
-            store=_json_safe(canonical_json(s.store or {})),
-            model_usage=_json_safe(
+            metadata=json_safe(canonical_json(s.metadata or {})),
+            store=json_safe(canonical_json(s.store or {})),
+            model_usage=json_safe(
                 canonical_json({m: u.model_dump(exclude_none=True) for m, u in usage.items()})
             ),
             input_tokens=sum(u.input_tokens for u in usage.values()),
@@ -139,8 +146,13 @@ class SampleColumns:
             started_at=timestamp(s.started_at),
             completed_at=timestamp(s.completed_at),
             n_messages=len(s.messages),
+            choices=list(s.choices) if s.choices is not None else None,
+            messages_json=json_safe(messages_json(s.messages)),
+            sample_id_is_int=isinstance(s.id, int),
         )
         sid = str(s.id)
+        for key, score in (s.scores or {}).items():
+            self.recorded.append((sid, s.epoch, key, score, timestamp(s.completed_at)))
         for idx, m in enumerate(s.messages):
             # ToolCall is a dataclass: the message's own serializer is what dumps it
             calls = (
@@ -157,7 +169,7 @@ class SampleColumns:
                 idx=idx,
                 role=m.role,
                 text=m.text,
-                tool_calls=_json_safe(json.dumps(calls)) if calls else None,
+                tool_calls=json_safe(json.dumps(calls)) if calls else None,
                 tool_call_id=getattr(m, "tool_call_id", None),
                 function=getattr(m, "function", None),
                 tool_error=error.message if error else None,
@@ -178,15 +190,16 @@ class SampleColumns:
         for name, value in values.items():
             mcols[name].append(value)
 
-    def mark(self) -> tuple[int, int]:
-        """The current number of sample and message rows (for `rollback`)."""
-        return len(self.cols["run_id"]), len(self.mcols["run_id"])
+    def mark(self) -> tuple[int, int, int]:
+        """The current number of sample, message and recorded score rows (for `rollback`)."""
+        return len(self.cols["run_id"]), len(self.mcols["run_id"]), len(self.recorded)
 
-    def rollback(self, mark: tuple[int, int]) -> None:
+    def rollback(self, mark: tuple[int, int, int]) -> None:
         """Drop whatever was appended since `mark` (a sample that failed half-way)."""
         for columns, n in ((self.cols, mark[0]), (self.mcols, mark[1])):
             for values in columns.values():
                 del values[n:]
+        del self.recorded[mark[2] :]
 
     def tables(self, server: str | None = None) -> tuple[pa.Table, pa.Table]:
         """The samples table and the messages table, in the warehouse's column order.
@@ -211,12 +224,12 @@ class SampleColumns:
             )
         except UnicodeEncodeError:
             return (
-                pa.table(_repaired(self.cols), schema=SAMPLES_SCHEMA),
-                pa.table(_repaired(self.mcols), schema=MESSAGES_SCHEMA),
+                pa.table(repaired(self.cols), schema=SAMPLES_SCHEMA),
+                pa.table(repaired(self.mcols), schema=MESSAGES_SCHEMA),
             )
 
 
-def _repaired(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
+def repaired(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
     def fix(value: Any) -> Any:
         if isinstance(value, str):
             return _SURROGATE.sub("\ufffd", value)
@@ -227,11 +240,32 @@ def _repaired(cols: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {name: [fix(v) for v in values] for name, values in cols.items()}
 
 
+_MESSAGES_ADAPTER: Any = None
+
+
+def messages_json(messages: list[Any]) -> str:
+    """A transcript's messages as the JSON Inspect's log writer gives them (so the direct
+    archive reader, which keeps those bytes, stores the same text)."""
+    global _MESSAGES_ADAPTER
+    if _MESSAGES_ADAPTER is None:
+        from inspect_ai.model import ChatMessage
+        from pydantic import TypeAdapter
+
+        _MESSAGES_ADAPTER = TypeAdapter(list[ChatMessage])
+    try:
+        return _MESSAGES_ADAPTER.dump_json(messages, exclude_none=True).decode()
+    except ValueError:  # pydantic's serializer refuses a lone surrogate
+        return json.dumps(
+            _MESSAGES_ADAPTER.dump_python(messages, mode="json", exclude_none=True),
+            separators=(",", ":"),
+        )
+
+
 def _output_json(output: Any) -> str:
     try:
         return output.model_dump_json(exclude_none=True)
     except ValueError:  # pydantic's serializer refuses a lone surrogate
-        return _json_safe(
+        return json_safe(
             json.dumps(output.model_dump(mode="json", exclude_none=True), separators=(",", ":"))
         )
 
@@ -242,7 +276,7 @@ _ESCAPES = re.compile(
 )
 
 
-def _json_safe(text: str) -> str:
+def json_safe(text: str) -> str:
     """JSON text with lone surrogate escapes (which DuckDB's JSON type refuses) as U+FFFD."""
     if "\\ud" not in text and "\\uD" not in text:
         return text

@@ -54,10 +54,16 @@ SAMPLES_TO_SCORE_SCHEMA = pa.schema(
         pa.field("metadata", pa.string()),
         pa.field("error", pa.string()),
         pa.field("attempt", pa.int32()),  # the attempt a grading of this sample writes
+        # what a rebuilt Inspect TaskState needs (JSON), for verifiers that read it; else null
+        pa.field("state", pa.string()),
     ]
 )
 
 SCORE_STATUSES = ("scored", "unscored", "error")
+
+# the fingerprint of a score a log already held (warehouse.recorded_scores): never a verifier's
+# current one, so nothing re-scores or retries under it
+RECORDED_PREFIX = "recorded:"
 
 
 def conform_scores(rows: pa.Table) -> pa.Table:

@@ -45,6 +45,8 @@ from warehouse.schema import (
     RetryScope,
     conform_scores,
 )
+from warehouse.score_values import dict_key_rows
+from warehouse.task_state_columns import STATE_JSON_SQL
 
 if TYPE_CHECKING:
     import warehouse.logs as logs
@@ -327,8 +329,8 @@ class Warehouse:
                 path, header, run.run_id, have, batch_size=batch_size, fast=direct_read
             )
             server = logs.server_of(header)
-            for samples, messages, last, batch_bad in prefetch(
-                (*c.tables(server), c.last, c.bad) for c in batches
+            for samples, messages, last, batch_bad, recorded in prefetch(
+                (*c.tables(server), c.last, c.bad, c.recorded) for c in batches
             ):
                 bad.extend(batch_bad)
                 completes = last and not bad
@@ -336,6 +338,8 @@ class Warehouse:
                     continue  # nothing to write (e.g. a damaged copy of a stored log)
                 with self.write() as con:
                     added += _append_samples(con, samples, messages)
+                    if recorded:  # the scores the log holds: history (warehouse.recorded_scores)
+                        _append_recorded(con, header, run.run_id, recorded)
                     # a batch known to be the log's last also completes the run: one
                     # transaction (a connect and a checkpoint) fewer per log
                     if completes:
@@ -452,9 +456,10 @@ class Warehouse:
             )
             if known and known[0]:
                 return False
+            spec = getattr(fp, "spec", None)
             con.execute(
                 "INSERT INTO wh.verifiers (name, fingerprint, label, source, params, first_seen, "
-                "module) VALUES (?, ?, ?, ?, ?, now(), ?)",
+                "module, spec) VALUES (?, ?, ?, ?, ?, now(), ?, ?)",
                 [
                     fp.name,
                     fp.digest,
@@ -462,6 +467,7 @@ class Warehouse:
                     fp.source,
                     json.dumps(params, sort_keys=True),
                     getattr(fp, "module", None) or None,
+                    json.dumps(spec, sort_keys=True) if spec else None,
                 ],
             )
             return True
@@ -518,6 +524,7 @@ class Warehouse:
         retry: RetryScope | None = None,
         max_attempt: int | None = None,
         skip_reasons: Sequence[str] = (),
+        state: bool = False,
     ) -> pa.Table:
         """Samples to grade under (scorer, digest), as Arrow (SAMPLES_TO_SCORE_SCHEMA).
 
@@ -532,6 +539,8 @@ class Warehouse:
             max_attempt: with `retry`, no retry is written as an attempt above this (a sample
                 whose latest attempt is `max_attempt` or more is left as it is).
             skip_reasons: with `retry`, unscored reasons not to retry this time.
+            state: also the `state` column, what a rebuilt Inspect TaskState needs (one JSON
+                document per sample: warehouse.task_state_columns.STATE_JSON_SQL); else NULL.
 
         Returns:
             The samples with no score row for (scorer, digest), and with `retry` the retryable
@@ -548,6 +557,9 @@ class Warehouse:
             # mark join over every sample
             in_runs = "AND {col} IN (SELECT unnest($runs::VARCHAR[]))"
             params["runs"] = list(run_ids)
+        state_col, runs_join = "NULL::VARCHAR", ""
+        if state:
+            state_col, runs_join = STATE_JSON_SQL, "LEFT JOIN wh.runs r ON r.run_id = s.run_id"
         if retry is not None:
             retryable = _retryable_sql(retry, params)
             if max_attempt is not None:
@@ -567,10 +579,11 @@ class Warehouse:
                 )
                 SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
                        s.metadata::VARCHAR AS metadata, s.error,
-                       (coalesce(c.attempt, 0) + 1)::INTEGER AS attempt
+                       (coalesce(c.attempt, 0) + 1)::INTEGER AS attempt, {state_col} AS state
                 FROM wh.samples s
                 LEFT JOIN cur c
                   ON c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
+                {runs_join}
                 WHERE (c.attempt IS NULL
                        OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL))
                   {in_runs.format(col="s.run_id")}
@@ -579,8 +592,9 @@ class Warehouse:
         else:
             sql = f"""
                 SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
-                       s.metadata::VARCHAR AS metadata, s.error, 1::INTEGER AS attempt
-                FROM wh.samples s
+                       s.metadata::VARCHAR AS metadata, s.error, 1::INTEGER AS attempt,
+                       {state_col} AS state
+                FROM wh.samples s {runs_join}
                 WHERE NOT EXISTS (
                     SELECT 1 FROM wh.scores c
                     WHERE c.scorer = $scorer AND c.fingerprint = $digest
@@ -748,6 +762,16 @@ def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:
 
 
 def _append_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
+    # a dict-valued Inspect score is also a row per key (warehouse.score_values); the count
+    # returned is of the rows given (a key row is new exactly when its score's row is)
+    given = table.num_rows
+    keys = dict_key_rows(table)
+    if keys is not None:
+        table = pa.concat_tables([table, keys])
+    return min(given, _insert_scores(con, table))
+
+
+def _insert_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
     con.register("_incoming_scores", table)
     try:
         # Duplicate keys inside one batch are collapsed explicitly to one row each (which one is
@@ -843,6 +867,20 @@ def _flip_sources(con: duckdb.DuckDBPyConnection, table: pa.Table) -> tuple[bool
         )
     )
     return bool(found and found[0]), within_batch
+
+
+def _append_recorded(
+    con: duckdb.DuckDBPyConnection, header: Any, run_id: str, recorded: list[Any]
+) -> None:
+    # imported here: it reads Inspect's models, which `gradebook sql` never needs
+    import warehouse.recorded_scores as recorded_scores
+
+    scorers = recorded_scores.recorded_scorers(header, (r[2] for r in recorded))
+    recorded_scores.register_recorded(con, scorers.values())
+    created = next(iter(scorers.values())).first_seen
+    table = recorded_scores.recorded_table(run_id, recorded, scorers, created)
+    if table.num_rows:
+        _append_scores(con, table)
 
 
 def _append_samples(con: duckdb.DuckDBPyConnection, samples: pa.Table, messages: pa.Table) -> int:

@@ -36,3 +36,24 @@ def recorded_verifiers(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
         """
     ).fetchall()
     return {name: module for name, module in rows}
+
+
+def recorded_specs(con: duckdb.DuckDBPyConnection) -> dict[str, dict]:
+    """Verifier name -> the spec its latest registration recorded (migration 10: an Inspect
+    scorer's registry name and params, its file, or `{"kind": "recorded"}` for scores a log
+    held); verifiers registered without one are left out."""
+    import json
+
+    rows = con.execute(
+        "SELECT name, arg_max(spec, first_seen)::VARCHAR FROM wh.verifiers "
+        "WHERE spec IS NOT NULL GROUP BY name ORDER BY name"
+    ).fetchall()
+    out = {}
+    for name, spec in rows:
+        try:
+            value = json.loads(spec)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(value, dict):
+            out[name] = value
+    return out

@@ -34,13 +34,21 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _load_modules(modules: list[str] | None) -> None:
+def _load_modules(modules: list[str] | None, db: Path | None = None) -> None:
     from flows.verifier_modules import VerifierLoadError, load_modules
 
     try:
         load_modules(modules)
     except VerifierLoadError as exc:
         raise _fail(str(exc)) from None
+    if db is not None:
+        load_warehouse_scorers(db)  # the Inspect scorers it records, by registry name
+
+
+def load_warehouse_scorers(db: Path) -> None:
+    from flows.verifier_modules import load_warehouse_scorers as load
+
+    load(db)
 
 
 def _rules(
@@ -168,6 +176,7 @@ def gate(
         Warehouse(db).check()  # a bad --db is one line now, not after the imports below
     except WarehouseError as exc:
         raise _fail(str(exc)) from None
+    load_warehouse_scorers(db)  # the Inspect scorers it records, by registry name
     # Imported here: the gate stage pulls in Prefect (seconds) that `--help` never needs.
     from flows.gate import evaluate_gates, overall_exit_code
 
@@ -197,7 +206,7 @@ def report(
     from flows.report.summary import write_report
     from warehouse import Warehouse
 
-    _load_modules(verifier_module)
+    _load_modules(verifier_module, db)
     try:
         # "newest" in the report is the current code's fingerprint, as for the gate (best
         # effort: a report never waits for a writer)

@@ -138,8 +138,10 @@ def _check_tasks(cfg: Any) -> None:
     # that runs flows does it while its local Prefect server boots (`_run_flow(meanwhile=)`),
     # still before any model call; a task that does not load is exit 2 with one line.
     from flows.task_specs import check_tasks
+    from flows.verifier_specs import check_verifiers
 
     check_tasks(cfg)
+    check_verifiers(cfg)
 
 
 def _pct(x: float | None) -> str:
@@ -194,30 +196,46 @@ def _rule_text(rule: Any) -> str:
 
 
 def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> None:
-    """Import the verifier modules the user named, then check every verifier name asked for
-    is loaded; a failure is one line that names the module or name and the fix (exit 2)."""
-    from flows.verifier_modules import VerifierLoadError, load_modules, unknown_verifiers
+    """Import the verifier modules the user named (and the Inspect scorers the warehouse
+    records by registry name), then check every verifier asked for is loaded or is an Inspect
+    scorer spec; a failure is one line that names the module or name and the fix (exit 2)."""
+    from flows.verifier_modules import (
+        VerifierLoadError,
+        load_modules,
+        load_warehouse_scorers,
+        recorded_modules,
+        unknown_verifiers,
+    )
+    from flows.verifier_specs import names_for_entries
+    from scorers.inspect_scorers.specs import SpecError
 
     try:
         load_modules(modules)
     except VerifierLoadError as exc:
         raise _fail(str(exc)) from None
+    load_warehouse_scorers(db)
     problem = unknown_verifiers(names, db)
     if problem:
-        raise _fail(problem)
+        try:  # not a loaded verifier: an Inspect scorer the user names (trusted)
+            names_for_entries(names, trusted=True)
+        except SpecError as exc:
+            if any(n in recorded_modules(db) for n in names):
+                # a verifier the warehouse knows the module of: the fix is that module's flag
+                raise _fail(problem) from None
+            raise _fail(str(exc) if len(names) == 1 else f"{exc} ({problem})") from None
 
 
-def _named_by_logs(logs: list[Path]) -> list[str]:
-    """The verifier names the logs record (names only: a log never makes us import code)."""
-    from flows.score import verifiers_of_log
+def _check_logs_scorers(logs: list[str], db: Path) -> None:
+    """Logs scored with the verifiers they name or their own scorers: each log whose scorers
+    cannot be resolved is one line, and nothing is written (exit 2)."""
+    from flows.verifier_modules import recorded_modules
+    from flows.verifier_specs import log_problems
 
-    names: list[str] = []
-    for log in logs:
-        try:
-            names += verifiers_of_log(log)[1]
-        except Exception:  # noqa: S112 - an unreadable log is reported by ingest, by name
-            continue
-    return names
+    _, problems = log_problems(logs, recorded_modules(db))
+    for line in problems:
+        err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+    if problems:
+        raise typer.Exit(2)
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -330,7 +348,9 @@ def score(
         paths = expand_log_paths(logs)
     except LogReadError as exc:
         raise _fail(str(exc)) from None
-    _load_verifiers(verifier_module, verifier or _named_by_logs(paths), db)
+    _load_verifiers(verifier_module, verifier or [], db)
+    if not verifier:
+        _check_logs_scorers(paths, db)
     if scored_logs is not None:
         from flows.scored_log import check_scored_log_dir
 
@@ -451,10 +471,12 @@ def verifiers(
     from scorers.identity.fingerprint import fingerprint
     from scorers.registry import all_verifiers
     from warehouse import Warehouse, WarehouseError
+    from warehouse.schema import RECORDED_PREFIX
 
     _load_verifiers(verifier_module, [], db)
     current = {name: fingerprint(v).digest for name, v in all_verifiers().items()}
     seen: dict[tuple[str, str], tuple[Any, int]] = {}
+    recorded: set[str] = set()  # fingerprints of the scores logs held (warehouse.recorded_scores)
     if not db.exists():
         err_console.print(
             f"note: {escape(str(db))}: no warehouse here, so nothing is counted as graded; "
@@ -475,9 +497,17 @@ def verifiers(
                     "FROM fingerprint_order f"
                 ).fetchall():
                     seen[(name, digest)] = (first, n)
+                    if digest.startswith(RECORDED_PREFIX):
+                        recorded.add(digest)
         except WarehouseError as exc:
             raise _fail(str(exc)) from None
-    table = Table(title="verifiers", title_justify="left")
+    table = Table(
+        title="verifiers",
+        title_justify="left",
+        caption="also any Inspect scorer: a registry name (match, choice, includes, exact, f1, "
+        "model_graded_qa, ...), an installed package's (inspect_evals/NAME), or FILE.py@NAME",
+        caption_justify="left",
+    )
     table.add_column("name", no_wrap=True)
     table.add_column("fingerprint", no_wrap=True, min_width=12)
     table.add_column("label", overflow="fold", ratio=1)
@@ -489,14 +519,27 @@ def verifiers(
         table.add_row(name, digest[:12], v.label, str(first or "–"), str(n), "yes")
         for (other, d), (f, m) in sorted(seen.items()):
             if other == name and d != digest:
-                table.add_row("", d[:12], "[dim](older)[/dim]", str(f or "–"), str(m), "")
+                older = "recorded in a log" if d in recorded else "(older)"
+                table.add_row("", _short(d), f"[dim]{older}[/dim]", str(f or "–"), str(m), "")
     unloaded = unloaded_verifiers(db)
     for name, fix in sorted(unloaded.items()):
         rows = sorted((d, f, m) for (other, d), (f, m) in seen.items() if other == name)
         for i, (d, f, m) in enumerate(rows or [("–", None, 0)]):
             label = f"[yellow]not loaded:[/yellow] {escape(fix)}" if i == 0 else ""
-            table.add_row(name if i == 0 else "", d[:12], label, str(f or "–"), str(m), "no")
+            table.add_row(name if i == 0 else "", _short(d), label, str(f or "–"), str(m), "no")
     console.print(table)
+
+
+def _short(fingerprint: str) -> str:
+    """A fingerprint as listed: 12 hex digits; a recorded one (`recorded:inspect_ai-VERSION:
+    DIGEST`) by the Inspect version that wrote it and 6 digits of its options' digest."""
+    from warehouse.schema import RECORDED_PREFIX
+
+    if fingerprint.startswith(RECORDED_PREFIX):
+        origin, _, digest = fingerprint[len(RECORDED_PREFIX) :].rpartition(":")
+        version = origin.removeprefix("inspect_ai-").split("+")[0]
+        return f"{RECORDED_PREFIX}{version}:{digest[:6]}"
+    return fingerprint[:12]
 
 
 def serve(

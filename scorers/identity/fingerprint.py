@@ -61,6 +61,7 @@ class VerifierFingerprint:
     source: str
     params: dict[str, Any] = field(default_factory=dict)
     module: str = ""
+    spec: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ def fingerprint_as_loaded(verifier: Verifier) -> VerifierFingerprint | None:
         _grade_name(verifier),
         repr(sorted(dict(verifier.params).items())),
         verifier.helpers,
+        verifier.code,
     )
     with _AS_LOADED_LOCK:
         memo = _AS_LOADED.get(key)
@@ -191,21 +193,37 @@ def _unchanged(stats: tuple[tuple[str, int, int], ...]) -> bool:
 
 
 def _grade_name(verifier: Verifier) -> str:
-    return f"{getattr(verifier.grade, '__module__', '')}:{verifier.grade.__qualname__}"
+    grade = verifier.grade
+    # a function, or a callable object (an Inspect scorer's grader): named by its class
+    qualname = getattr(grade, "__qualname__", None) or type(grade).__qualname__
+    return f"{getattr(grade, '__module__', '')}:{qualname}"
 
 
 def _fingerprint(
     verifier: Verifier, locate: _Locator
 ) -> tuple[VerifierFingerprint, dict[str, _Source]]:
-    roots = [verifier.module, *(m for preload in verifier.helpers for m in preload)]
-    sources = _module_closure(roots, locate)
+    roots = [
+        verifier.module,
+        *verifier.code,
+        *(m for preload in verifier.helpers for m in preload),
+    ]
+    sources, installed_roots = _module_closure(roots, locate)
     modules = {name: _facts(name, src) for name, src in sources.items()}
-    project_tops = {name.split(".")[0] for name in sources}
+    project_tops = {name.split(".")[0] for name in sources} - {
+        name.split(".")[0] for name in installed_roots
+    }
+    # a root module from an installed distribution (an Inspect built-in scorer, one of an
+    # installed package) is its own code, hashed, plus that distribution's version
     third_party = _third_party_versions(
-        imp
-        for facts in modules.values()
-        for imp in facts.imports
-        if imp.split(".")[0] not in project_tops
+        [
+            *installed_roots,
+            *(
+                imp
+                for facts in modules.values()
+                for imp in facts.imports
+                if imp.split(".")[0] not in project_tops
+            ),
+        ]
     )
     try:
         params_json = json.dumps(dict(verifier.params), sort_keys=True, default=_reject)
@@ -235,6 +253,7 @@ def _fingerprint(
         source=source,
         params=json.loads(params_json),
         module=verifier.module,
+        spec=dict(verifier.spec) if verifier.spec is not None else None,
     )
     return fp, sources
 
@@ -243,21 +262,29 @@ def _reject(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
 
 
-def _module_closure(roots: list[str], locate: _Locator) -> dict[str, _Source]:
-    """The root modules and the project modules they import, transitively: name -> source."""
+def _module_closure(roots: list[str], locate: _Locator) -> tuple[dict[str, _Source], list[str]]:
+    """The root modules and the project modules they import, transitively: name -> source;
+    and the roots that live in an installed distribution (included, their imports not)."""
     found_roots = {name: locate(name) for name in dict.fromkeys(roots)}
     missing = [name for name, src in found_roots.items() if src is None]
     if missing:
         raise ValueError(
             f"verifier module {missing[0]!r} not found: is it importable from sys.path?"
         )
+    installed = [
+        name
+        for name, src in found_roots.items()
+        if src is not None and any(m in src.path.parts for m in ENV_DIRS)
+    ]
     dirs = {_REPO_ROOT}
     for name in found_roots:
+        if name in installed:
+            continue
         top = locate(name.split(".")[0])
         if top is not None:
             path = top.path
             dirs.add(path.parent.parent if path.name == "__init__.py" else path.parent)
-    found: dict[str, _Source] = {}
+    found: dict[str, _Source] = {name: found_roots[name] for name in installed}  # type: ignore[misc]
     tops: dict[str, bool] = {}
     todo = list(reversed(found_roots))
     while todo:
@@ -274,7 +301,7 @@ def _module_closure(roots: list[str], locate: _Locator) -> dict[str, _Source]:
             continue
         found[name] = src
         todo.extend(_facts(name, src).imports)
-    return found
+    return found, installed
 
 
 def _on_disk(name: str) -> _Source | None:

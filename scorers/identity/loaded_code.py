@@ -41,6 +41,7 @@ __all__ = [
     "install",
     "installed",
     "is_recorded_path",
+    "load_file",
     "local_sources",
     "lookup",
     "note_helper_sources",
@@ -190,6 +191,26 @@ def install(own_source: bytes | None = None) -> None:
 
 def installed() -> bool:
     return _INSTALLED[0]
+
+
+def load_file(name: str, path: str) -> Any:
+    """Import the source file `path` as module `name` through the recording loader (a user's
+    file that is not on `sys.path` under that name: an Inspect scorer's `file.py@name`), so
+    the bytes it runs are recorded like any project module's. Registered in `sys.modules`
+    before it runs (dataclasses and pickling look modules up there); removed if it raises.
+    """
+    loader = _RecordingLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None:
+        raise ImportError(f"{path} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
 
 
 def boot_code() -> str:

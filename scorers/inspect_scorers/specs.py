@@ -1,0 +1,298 @@
+"""Inspect scorers as gradebook verifiers: what a spec names, and resolving it safely.
+
+A `verifiers` entry (or `--verifier`) that is not a gradebook verifier name is an Inspect
+scorer spec:
+
+- a registry name, with params: `match`, `choice`, `includes`, `exact`, `f1`,
+  `model_graded_qa`, `inspect_ai/math`, or a scorer of an installed package
+  (`inspect_evals/<scorer>`, found through the package's Inspect entry point);
+- `path/file.py@scorer_name`: the @scorer of that name defined in a file.
+
+In a config an entry may also be a table `{scorer = "...", params = {...}, name = "..."}`.
+
+Trust: a log or a warehouse may come from elsewhere, and Inspect's own re-scoring imports the
+task file a log names. Here built-in and installed-package scorers are resolved by registry name
+only, and a file is imported only when the user gave its path (a config, `--verifier`,
+`--verifier-module`, or a task file the user's config names): `resolve(..., trusted=False)`
+refuses a file spec that this process has not already loaded for the user.
+
+A spec becomes a registered `Verifier` (scorers.registry) named like Inspect names the scorer's
+scores in a log (its unqualified registry name: `match`, `aime_scorer`; `inspect_ai/math` for a
+scorer named like one of gradebook's own verifiers), or the spec's `name`. The verifier's
+fingerprint covers the scorer's code (a file's AST and the project modules it imports, or an
+installed module's AST and its distribution's version), gradebook's TaskState rebuild and
+value conversion (and so the inspect_ai version), and the params.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from scorers.inspect_scorers.factories import (
+    TRUSTED_FILES,
+    ScorerSpec,
+    SpecError,
+    resolve_factory,
+)
+from scorers.registry import Verifier, all_verifiers, register
+
+__all__ = [
+    "GRADER_MODULE",
+    "ScorerSpec",
+    "SpecError",
+    "inspect_verifier_specs",
+    "is_file_spec",
+    "parse_entry",
+    "resolve",
+    "spec_of",
+    "task_scorer_specs",
+    "log_scorer_specs",
+]
+
+# what rebuilds the TaskState, runs the scorer and converts its Score (fingerprinted with it;
+# the grader loads the conversion by name, see scorers.inspect_scorers.grading)
+GRADER_MODULE = "scorers.inspect_scorers.grading"
+CONVERSION_MODULE = "warehouse.score_values"
+
+
+def is_file_spec(text: str) -> bool:
+    """Whether a string names a file (`path.py` or `path.py@name`)."""
+    file, sep, _ = text.rpartition("@")
+    return text.endswith(".py") or bool(sep and file.endswith(".py"))
+
+
+def _split_file(text: str) -> tuple[str, str | None]:
+    if text.endswith(".py"):
+        return text, None
+    file, _, name = text.rpartition("@")
+    return file, name or None
+
+
+def parse_entry(entry: str | Mapping[str, Any], *, base: Path | None = None) -> str | ScorerSpec:
+    """A `verifiers` entry: a gradebook verifier's name (returned as it is) or a ScorerSpec.
+
+    Args:
+        entry: "math", "match", "path/file.py@name", or {scorer, params, name}.
+        base: where a relative file is looked for first (a config's directory); then the
+            current directory.
+
+    Raises:
+        SpecError: a malformed entry, or a file that does not exist.
+    """
+    if isinstance(entry, Mapping):
+        unknown = sorted(set(entry) - {"scorer", "params", "name"})
+        if unknown or not isinstance(entry.get("scorer"), str):
+            raise SpecError(
+                f'verifier {dict(entry)!r}: a table takes scorer = "NAME" (required), '
+                f'params = {{...}} and name = "..."'
+                + (f"; unknown key(s) {unknown}" if unknown else "")
+            )
+        params = entry.get("params") or {}
+        if not isinstance(params, Mapping):
+            raise SpecError(f"verifier {entry['scorer']!r}: params must be a table")
+        name = entry.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise SpecError(f"verifier {entry['scorer']!r}: name must be a non-empty string")
+        text, params, name = entry["scorer"].strip(), dict(params), name
+    else:
+        text, params, name = str(entry).strip(), {}, None
+        if not text:
+            raise SpecError("empty verifier name: give a verifier or an Inspect scorer")
+        if text in _gradebook_names():
+            return text
+    if is_file_spec(text):
+        file, scorer = _split_file(text)
+        path = _find_file(file, base)
+        return ScorerSpec(scorer=scorer or "", params=params, file=str(path), name=name)
+    return ScorerSpec(scorer=text, params=params, name=name)
+
+
+def spec_of(entry: str | Mapping[str, Any], *, base: Path | None = None) -> str | ScorerSpec:
+    """`parse_entry`, also for a resolved spec's JSON (`ScorerSpec.to_json()`, with "kind"):
+    what a resolved config and a log's gradebook metadata hold."""
+    if isinstance(entry, Mapping) and "kind" in entry:
+        if entry.get("kind") not in ("registry", "file") or not isinstance(
+            entry.get("scorer"), str
+        ):
+            raise SpecError(f"verifier {dict(entry)!r}: not an Inspect scorer spec")
+        return ScorerSpec.from_json(entry)
+    return parse_entry(entry, base=base)
+
+
+def _find_file(file: str, base: Path | None) -> Path:
+    candidates = [Path(file)] if Path(file).is_absolute() else []
+    if not candidates:
+        if base is not None:
+            candidates.append(base / file)
+        candidates.append(Path.cwd() / file)
+    for path in candidates:
+        if path.is_file():
+            return path.resolve()
+    raise SpecError(f"scorer file {file!r} not found; give the path of a .py file (FILE@scorer)")
+
+
+def _gradebook_names() -> set[str]:
+    """Verifier names registered by gradebook itself or a --verifier-module (not Inspect
+    scorers registered from a spec)."""
+    return {n for n, v in all_verifiers().items() if v.spec is None}
+
+
+# -- resolution -------------------------------------------------------------------------------
+
+_BY_KEY: dict[str, Verifier] = {}  # spec key -> the verifier it registered (this process)
+
+
+def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
+    """The registered Verifier a spec stands for (registering it on first use).
+
+    Args:
+        spec: a gradebook verifier name or a ScorerSpec.
+        trusted: the user gave this spec (a config, a flag): a file spec may be imported.
+            False for a spec read from a log or a warehouse: only built-in and installed
+            scorers by registry name, and files this process already loaded for the user.
+
+    Raises:
+        SpecError: one line: unknown scorer, package not installed, file not given by the
+            user, no such @scorer in the file, bad params, or a name clash.
+    """
+    if isinstance(spec, str):
+        found = all_verifiers().get(spec)
+        if found is not None:
+            return found
+        spec = ScorerSpec(scorer=spec)
+    key = spec.key()
+    known = _BY_KEY.get(key)
+    if known is not None:
+        return known
+    if spec.file and not trusted and spec.file not in TRUSTED_FILES:
+        raise SpecError(
+            f"scorer {spec.scorer!r} is defined in {spec.file}, which gradebook never imports "
+            f"because a log or warehouse names it: pass --verifier-module {spec.file}@{spec.scorer}"
+        )
+    factory, registry_name, module = resolve_factory(spec)
+    try:
+        factory(**dict(spec.params))
+    except TypeError as exc:
+        raise SpecError(f"scorer {spec.shown()}: bad params ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a factory that fails on its params is bad input
+        raise SpecError(
+            f"scorer {spec.shown()}: creating it raised {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        ) from None
+    try:
+        json.dumps(dict(spec.params))
+    except TypeError:
+        raise SpecError(f"scorer {spec.shown()}: params must be JSON values") from None
+    if spec.file is None:
+        spec = ScorerSpec(spec.scorer, spec.params, None, spec.name, module)
+    name = spec.name or _stored_name(registry_name)
+    clash = all_verifiers().get(name)
+    if clash is not None and (clash.spec is None or clash.spec != spec.to_json()):
+        what = "a gradebook verifier" if clash.spec is None else "another scorer spec"
+        raise SpecError(
+            f"scorer {spec.shown()}: its scores would be stored as {name!r}, the name of "
+            f"{what} here; give it another name (a table: {{scorer = {spec.scorer!r}, "
+            f'name = "..."}})'
+        )
+    from scorers.inspect_scorers.grading import InspectGrade
+
+    verifier = Verifier(
+        name=name,
+        grade=InspectGrade(json.dumps(spec.to_json(), sort_keys=True)),
+        module=module,
+        params={"scorer": registry_name, "params": dict(spec.params)},
+        label=f"Inspect scorer {registry_name}",
+        code=(GRADER_MODULE, CONVERSION_MODULE),
+        reads_state=True,
+        spec=spec.to_json(),
+    )
+    register(verifier)
+    _BY_KEY[key] = verifier
+    return verifier
+
+
+def _stored_name(registry_name: str) -> str:
+    from warehouse.recorded_scores import stored_name
+
+    return stored_name(registry_name.rsplit("/", 1)[-1], registry_name)
+
+
+def inspect_verifier_specs() -> dict[str, dict[str, Any]]:
+    """The Inspect scorer verifiers registered here: name -> spec JSON."""
+    return {n: dict(v.spec) for n, v in all_verifiers().items() if v.spec is not None}
+
+
+def task_scorer_specs(task: Any) -> list[ScorerSpec]:
+    """The specs of a Task's own scorers (a task the user's config names: a scorer defined in a
+    file outside the installed packages becomes a file spec of that file).
+
+    Raises:
+        SpecError: a scorer that is not a registered @scorer, or whose params are not JSON.
+    """
+    import sys as _sys
+
+    from inspect_ai._util.registry import is_registry_object, registry_info, registry_params
+
+    from scorers.identity import loaded_code
+
+    specs: list[ScorerSpec] = []
+    used: list[str] = []
+    for scorer in task.scorer or []:
+        if not is_registry_object(scorer):
+            raise SpecError(
+                f"task {task.name}: a scorer is not a registered @scorer; list the task's "
+                "scorers under verifiers"
+            )
+        info = registry_info(scorer)
+        params = dict(registry_params(scorer))
+        try:
+            json.dumps(params)
+        except TypeError:
+            raise SpecError(
+                f"task {task.name}: scorer {info.name} has params that are not JSON values; "
+                "list it under verifiers with JSON params"
+            ) from None
+        module = _sys.modules.get(getattr(scorer, "__module__", "") or "")
+        path = getattr(module, "__file__", None) if module is not None else None
+        short = info.name.rsplit("/", 1)[-1]
+        name = _unique(short, used)
+        if path and loaded_code.is_recorded_path(str(path)):
+            specs.append(ScorerSpec(short, params, file=str(Path(path).resolve()),
+                                    name=name if name != short else None))  # fmt: skip
+        else:
+            specs.append(ScorerSpec(info.name, params, name=name if name != short else None))
+    return specs
+
+
+def log_scorer_specs(header: Any) -> list[ScorerSpec]:
+    """The scorers a log says its task had, as `inspect score` resolves them
+    (`inspect_ai._eval.score.resolve_scorers`): `eval.scorers` (name + options), else
+    `results.scores` (name + params). Registry names only: a log never names a file to load."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    if header.eval.scorers is not None:
+        found = [(s.name, dict(s.options or {})) for s in header.eval.scorers]
+    elif header.results is not None:
+        seen = set()
+        for score in header.results.scores:
+            key = (score.scorer, json.dumps(score.params or {}, sort_keys=True, default=str))
+            if key not in seen:  # a dict-valued scorer has one EvalScore per key
+                seen.add(key)
+                found.append((score.scorer, dict(score.params or {})))
+    specs, used = [], []
+    for scorer, options in found:
+        short = scorer.rsplit("/", 1)[-1]
+        name = _unique(short, used)
+        specs.append(ScorerSpec(scorer, options, name=name if name != short else None))
+    return specs
+
+
+def _unique(name: str, used: list[str]) -> str:
+    """Inspect's name for the n-th scorer of one name in a task (`unique_scorer_name`)."""
+    out, n = name, 1
+    while out in used:
+        out, n = f"{name}{n}", n + 1
+    used.append(out)
+    return out
