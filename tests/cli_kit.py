@@ -18,9 +18,11 @@ GRADEBOOK = Path(sys.executable).parent / "gradebook"
 VENV_BIN = str(GRADEBOOK.parent)
 
 
-def shell_env(home: Path, **extra: str) -> dict[str, str]:
+def shell_env(home: Path, *, api_url: str | None = None, **extra: str) -> dict[str, str]:
     """The environment of a fresh shell: the venv NOT on the PATH, its own PREFECT_HOME (so a
-    test can tell whether a Prefect server was started), no PREFECT_API_URL."""
+    test can tell whether a Prefect server was started), and PREFECT_API_URL only if given: a
+    test whose commands run flows passes the session's server, or each of them would start a
+    detached local server of its own that outlives the test."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PATH"] = os.pathsep.join(
         p for p in env.get("PATH", "").split(os.pathsep) if p and p != VENV_BIN
@@ -28,6 +30,8 @@ def shell_env(home: Path, **extra: str) -> dict[str, str]:
     env["PREFECT_HOME"] = str(home)
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     env.pop("GRADEBOOK_DB", None)
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
     if "PYTHONPATH" in extra and os.environ.get("PYTHONPATH"):
         extra = {**extra, "PYTHONPATH": extra["PYTHONPATH"] + os.pathsep + os.environ["PYTHONPATH"]}
     env.update(extra)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,20 @@ def inspect_scores(log: Any, name: str) -> dict[tuple[str, int], tuple[Any, str 
         for s in log.samples
         if s.scores and name in s.scores
     }
+
+
+def isolated_registry() -> Iterator[None]:
+    """For an autouse fixture: a verifier name stands for one scorer spec per process (the
+    registry is process-wide), and the tests register the same names with other params, so each
+    test starts from the registry it found and leaves it so."""
+    from scorers import registry
+    from scorers.inspect_scorers import specs
+
+    verifiers, by_key = dict(registry._VERIFIERS), dict(specs._BY_KEY)
+    try:
+        yield
+    finally:
+        registry._VERIFIERS.clear()
+        registry._VERIFIERS.update(verifiers)
+        specs._BY_KEY.clear()
+        specs._BY_KEY.update(by_key)

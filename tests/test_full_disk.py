@@ -79,11 +79,11 @@ def _one_line(ran, cause: str) -> None:
     assert cause in ran.stderr_lines[0]
 
 
-def test_a_full_disk_is_one_line_and_loses_nothing(logs, tmp_path: Path) -> None:
+def test_a_full_disk_is_one_line_and_loses_nothing(logs, tmp_path: Path, prefect_api: str) -> None:
     first, second = logs
     seed = tmp_path / "w.duckdb"
     Warehouse(seed).ingest_logs([first])
-    env = shell_env(tmp_path / "prefect-home")
+    env = shell_env(tmp_path / "prefect-home", api_url=prefect_api)
     with full_tmpfs(tmp_path, seed) as mnt:
         db = mnt / "w.duckdb"
         before = _counts(db)
@@ -106,13 +106,15 @@ def test_a_full_disk_is_one_line_and_loses_nothing(logs, tmp_path: Path) -> None
     assert after["scores"][0] == 4
 
 
-def test_a_read_only_file_system_is_one_line_and_changes_nothing(logs, tmp_path: Path) -> None:
+def test_a_read_only_file_system_is_one_line_and_changes_nothing(
+    logs, tmp_path: Path, prefect_api: str
+) -> None:
     first, second = logs
     src = tmp_path / "src"
     src.mkdir()
     Warehouse(src / "w.duckdb").ingest_logs([first])
     before = file_state(src / "w.duckdb")
-    env = shell_env(tmp_path / "prefect-home")
+    env = shell_env(tmp_path / "prefect-home", api_url=prefect_api)
     with _mounted(tmp_path / "ro", "--bind", str(src)) as ro:
         need(_mount("-o", "remount,bind,ro", str(ro)), "cannot remount read-only")
         db = ro / "w.duckdb"

@@ -17,6 +17,11 @@ import pytest
 from warehouse import Warehouse
 
 
+@pytest.fixture(autouse=True)
+def _own_verifier_registry():
+    yield from kit.isolated_registry()
+
+
 def _shared_logs(shared_data: Path) -> list[Path]:
     return sorted(p for p in (shared_data / "logs").iterdir() if p.suffix in (".eval", ".json"))
 

@@ -22,21 +22,14 @@ from warehouse import Warehouse
 def _own_registry():
     """Each test registers its scorers afresh: one CLI process is one user's set of scorers,
     and two tests' copies of the same scorer file must not clash by name in this process."""
-    from scorers import registry
-    from scorers.inspect_scorers import specs
-
-    saved, by_key, path = dict(registry._VERIFIERS), dict(specs._BY_KEY), list(sys.path)
-    yield
+    path = list(sys.path)
+    yield from kit.isolated_registry()
     # each test writes its own copy of the team's files: the task file's `import team_scorer`
     # must find this test's copy, not the module (or the sys.path entry a loaded scorer file
     # adds) of an earlier test
     for name in ("team_scorer", "team_task"):
         sys.modules.pop(name, None)
     sys.path[:] = path
-    registry._VERIFIERS.clear()
-    registry._VERIFIERS.update(saved)
-    specs._BY_KEY.clear()
-    specs._BY_KEY.update(by_key)
 
 
 def _ours(

@@ -41,12 +41,14 @@ def _math_log(log_dir: Path, task: str) -> tuple[Path, list[str]]:
     return run_eval(log_dir, answers, task_name=task, metadata={"verifiers": ["math"]}), answers
 
 
-def test_the_gates_fix_it_commands_run_as_printed_and_fix_the_gate(tmp_path: Path) -> None:
+def test_the_gates_fix_it_commands_run_as_printed_and_fix_the_gate(
+    tmp_path: Path, prefect_api: str
+) -> None:
     # a directory and file name with spaces: the printed command must quote them
     db = tmp_path / "my warehouse" / "release db.duckdb"
     db.parent.mkdir()
     wh = Warehouse(db)
-    env = shell_env(tmp_path / "prefect-home")
+    env = shell_env(tmp_path / "prefect-home", api_url=prefect_api)
     assert subprocess.run(["bash", "-c", "command -v gradebook"], env=env).returncode != 0
 
     # 1. a run ingested but never scored
@@ -93,9 +95,10 @@ def test_the_gates_fix_it_commands_run_as_printed_and_fix_the_gate(tmp_path: Pat
     assert again.code == 0, again.stdout + again.stderr
 
 
-def test_the_demos_next_commands_run_as_printed(tmp_path: Path) -> None:
+def test_the_demos_next_commands_run_as_printed(tmp_path: Path, prefect_api: str) -> None:
     env = shell_env(
         tmp_path / "prefect-home",
+        api_url=prefect_api,
         # no Docker: the demo then also prints how to grade the code samples later
         DOCKER_HOST="unix:///nonexistent/docker.sock",
         COLUMNS="200",
