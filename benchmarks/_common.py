@@ -6,7 +6,9 @@ is shared and absolute numbers move with whoever else is running.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,6 +31,25 @@ class Row:
     ratio: float
     bar: str
     meets_bar: bool
+
+
+def stage_args(description: str, quick_help: str, quick_n: int, full_n: int = 20_000):
+    """The options of a benchmark that runs the scoring stage: --quick, --samples, --json,
+    --workers; returns (args, sample count)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--samples", type=int, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    args = ap.parse_args()
+    return args, args.samples or (quick_n if args.quick else full_n)
+
+
+def use_bench_prefect(cache: Path) -> None:
+    """Flows run against a local server whose home is under `cache`, so its database is
+    migrated once (like a user's), and never against a server the environment points at."""
+    os.environ["PREFECT_HOME"] = str(cache / "prefect-home")
+    os.environ.pop("PREFECT_API_URL", None)
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:

@@ -21,8 +21,6 @@ into its log, or the run stops. The log (a scripted mix of answer styles to nume
 
 from __future__ import annotations
 
-import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
 
-from _common import Row, emit  # noqa: E402
+from _common import Row, emit, stage_args, use_bench_prefect  # noqa: E402
 
 CACHE = ROOT / ".bench"
 # answer styles for target t: right at the end, right mid-sentence, wrong, formatted, none
@@ -160,21 +158,12 @@ def stage(log: Path, workers: int, tmp: Path) -> tuple[float, float, float, int]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--quick",
-        action="store_true",
-        help="300 samples, a smoke run (fixed costs dominate: the bar is for the full run)",
+    args, n = stage_args(
+        __doc__.splitlines()[0],
+        "300 samples, a smoke run (fixed costs dominate: the bar is for the full run)",
+        quick_n=300,
     )
-    ap.add_argument("--samples", type=int, default=None)
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    args = ap.parse_args()
-    n = args.samples or (300 if args.quick else 20_000)
-
-    # the server's database is migrated once, like a user's ~/.prefect
-    os.environ["PREFECT_HOME"] = str(CACHE / "prefect-home")
-    os.environ.pop("PREFECT_API_URL", None)
+    use_bench_prefect(CACHE)
     from flows.runtime.session import prefect_session
 
     log = build_log(n)

@@ -23,7 +23,6 @@ in .bench/ (gitignored).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
 
-from _common import Row, emit  # noqa: E402
+from _common import Row, emit, stage_args, use_bench_prefect  # noqa: E402
 
 CACHE = ROOT / ".bench"
 
@@ -238,17 +237,8 @@ def cpu_scaling(workers: int, loops: int = 12_000_000) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2,000 samples; under a minute")
-    ap.add_argument("--samples", type=int, default=None)
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    args = ap.parse_args()
-    n = args.samples or (2_000 if args.quick else 20_000)
-
-    # the server's database is migrated once, like a user's ~/.prefect
-    os.environ["PREFECT_HOME"] = str(CACHE / "prefect-home")
-    os.environ.pop("PREFECT_API_URL", None)
+    args, n = stage_args(__doc__.splitlines()[0], "2,000 samples; under a minute", quick_n=2_000)
+    use_bench_prefect(CACHE)
     from flows.runtime.session import prefect_session
 
     log = build_log(n)
