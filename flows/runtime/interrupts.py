@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -74,24 +74,32 @@ def _term_during_eval(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Inside the block, SIGINT and SIGTERM stop the program as the module doc says.
-
-    Nests: an inner block (e.g. inside a Prefect flow run, whose engine installs its own SIGTERM
-    handler) puts its caller's handlers back on exit. Outside the main thread it does nothing.
-    """
+def _handlers(handlers: dict[int, Callable[[int, FrameType | None], object]]) -> Iterator[None]:
+    """These signal handlers inside the block, the previous ones back after it (in the main
+    thread only: elsewhere Python refuses signal handlers, and the block runs as it is)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.getsignal(s) for s in _SIGNALS}
-    for s in _SIGNALS:
-        signal.signal(s, _handler)
+    previous = {s: signal.getsignal(s) for s in handlers}
+    for s, handler in handlers.items():
+        signal.signal(s, handler)
     try:
         yield
     finally:
         for s, handler in previous.items():
             if handler is not None:
                 signal.signal(s, handler)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Inside the block, SIGINT and SIGTERM stop the program as the module doc says.
+
+    Nests: an inner block (e.g. inside a Prefect flow run, whose engine installs its own SIGTERM
+    handler) puts its caller's handlers back on exit. Outside the main thread it does nothing.
+    """
+    with _handlers({s: _handler for s in _SIGNALS}):
+        yield
 
 
 @contextmanager
@@ -105,15 +113,5 @@ def during_eval() -> Iterator[None]:
     noted, then turned into a SIGINT. The caller notes a SIGINT stop from what `eval()`
     returned; a second Ctrl-C while Inspect finishes its cancelled log raises KeyboardInterrupt.
     """
-    if threading.current_thread() is not threading.main_thread():
+    with _handlers({signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _term_during_eval}):
         yield
-        return
-    previous = {s: signal.getsignal(s) for s in _SIGNALS}
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _term_during_eval)
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            if handler is not None:
-                signal.signal(s, handler)
