@@ -137,9 +137,10 @@ def servers(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("GEN_API_KEY", "test")
     monkeypatch.setenv("JUDGE_API_KEY", "test")
     judge = Judge()
-    with scripted_server(_generator, models=["m"]) as gen, scripted_server(
-        judge, models=["j", "j2"]
-    ) as judge_server:
+    with (
+        scripted_server(_generator, models=["m"]) as gen,
+        scripted_server(judge, models=["j", "j2"]) as judge_server,
+    ):
         yield gen, judge, judge_server
         judge.recover()  # no handler left waiting
 
