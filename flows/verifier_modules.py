@@ -142,6 +142,12 @@ def how_to_load(
     spec = (specs or {}).get(name) or {}
     if spec.get("kind") == "file":
         return f"pass --verifier-module {spec.get('file')}@{spec.get('scorer')} (the scorer file)"
+    if spec.get("kind") == "registry" and spec.get("roles"):
+        return (
+            f"it is the judge-graded scorer {spec.get('scorer')!r}, whose judge gradebook calls "
+            "only on your word: pass --verifier-module with its spec (JSON, from "
+            f"`gradebook sql \"SELECT spec FROM verifiers WHERE name = '{name}'\"`)"
+        )
     if spec.get("kind") == "registry":
         return (
             f"it is the Inspect scorer {spec.get('scorer')!r}, which does not resolve here: "
