@@ -114,16 +114,20 @@ def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
 
 
 @contextmanager
-def scripted_server(script: Script, *, models: list[str] | None = None) -> Iterator[ScriptedServer]:
-    """Serve `script` on 127.0.0.1 (a free port) for the duration of the block.
+def scripted_server(
+    script: Script, *, models: list[str] | None = None, port: int = 0
+) -> Iterator[ScriptedServer]:
+    """Serve `script` on 127.0.0.1 for the duration of the block.
 
     Args:
         script: answers each chat request; return a string to reply, an int to fail with that
             HTTP status.
         models: ids listed by GET /v1/models.
+        port: the port (0: a free one); a server stopped and started again on its port is the
+            same URL, as a restarted model server is.
     """
     state = ScriptedServer(base_url="")
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script, state, models or []))
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(script, state, models or []))
     httpd.daemon_threads = True
     state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     thread = threading.Thread(target=httpd.serve_forever, name="scripted-llm", daemon=True)

@@ -148,19 +148,42 @@ def servers(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.slow
 def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
-    prefect_api, tmp_path: Path, servers
+    prefect_api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from flows.config import parse_config
-    from flows.gate import evaluate_gates
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
     from flows.verifier_specs import scorer_files
 
-    gen, judge, judge_server = servers
-    cfg = parse_config(
-        _config(tmp_path, gen.base_url, judge_server.base_url), source=tmp_path / "sweep.toml"
-    )
-    result = sweep_flow(cfg, workers=2, progress=False)
+    monkeypatch.setenv("GEN_API_KEY", "test")
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
+    judge = Judge()
+    with scripted_server(_generator, models=["m"]) as gen:
+        with scripted_server(judge, models=["j"]) as judge_server:
+            try:
+                cfg = parse_config(
+                    _config(tmp_path, gen.base_url, judge_server.base_url),
+                    source=tmp_path / "sweep.toml",
+                )
+                result = sweep_flow(cfg, workers=2, progress=False)
+                _check_the_outage(cfg, result, gen, judge)
+            finally:
+                judge.recover()  # no handler left waiting
+        # the judge's server is down: its health check fails, the watcher waits, calls nobody
+        before = judge.count()
+        waiting = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=2)
+        assert waiting.retry.retried == 0 and waiting.retry.waiting_for_judge == 3
+        assert "connection refused" in waiting.retry.judge_down["model_graded_qa"]
+        assert judge.count() == before
+        port = int(judge_server.base_url.rsplit(":", 1)[1].split("/")[0])
+        with scripted_server(judge, models=["j"], port=port):  # back, at the same URL
+            _check_the_rejudging(cfg, result.rows[0].run_id, judge)
+        assert gen.count() == 6  # the model under test was never called again
+
+
+def _check_the_outage(cfg, result, gen, judge) -> None:
+    from flows.gate import evaluate_gates
+
     generated = gen.count()
     assert generated == 6  # one generation per sample, nothing else ever reaches it
     [row] = result.rows
@@ -192,8 +215,13 @@ def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
     assert gate.verdict == "fail"
     assert [r.rule for r in gate.results if r.passed is False] == ["max_unscored_rate"]
 
+
+def _check_the_rejudging(cfg, run_id: str, judge: Judge) -> None:
+    from flows.gate import evaluate_gates
+    from flows.rescore import watch_verifiers
+    from flows.verifier_specs import scorer_files
+
     # the judge is back: the watcher's health check passes and it re-judges
-    judge.recover()
     before = judge.count()
     watched = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=2)
     assert sorted(judge.arrived[before:]) == [1, 2, 3]  # exactly those 3 re-judged
@@ -229,7 +257,6 @@ def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
     before = judge.count()
     again = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=2)
     assert again.retry.retried == 0 and judge.count() == before
-    assert gen.count() == generated  # the model under test was never called again
 
 
 @pytest.mark.slow
