@@ -120,6 +120,11 @@ def load_warehouse_scorers(db: str | Path) -> list[str]:
     return loaded
 
 
+def recorded_spec_entries(db: str | Path) -> list[dict]:
+    """The Inspect scorer specs (registry kind) the warehouse records, as JSON entries."""
+    return [s for s in _recorded_specs(db).values() if s.get("kind") == "registry"]
+
+
 def _recorded_specs(db: str | Path) -> dict[str, dict]:
     import duckdb
 

@@ -356,3 +356,74 @@ def test_a_judge_a_warehouse_names_is_not_called_on_its_word(tmp_path: Path) -> 
         resolve(spec_of(spec), trusted=False)
     assert resolve(spec_of(spec), trusted=True).name == "model_graded_qa"
     assert resolve(spec_of(spec), trusted=False).name == "model_graded_qa"  # the user's own
+
+
+@pytest.mark.slow
+def test_score_and_rescore_take_the_judge_as_model_role(
+    prefect_api, tmp_path: Path, servers
+) -> None:
+    """A log whose task scored with `model_graded_qa`, scored later without a config: the
+    judge comes from `--model-role`, as in Inspect's CLI; never from the log."""
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.model import get_model
+    from inspect_ai.scorer import model_graded_qa
+    from inspect_ai.solver import generate
+
+    _, judge, judge_server = servers
+    judge.recover()
+    task = Task(
+        dataset=MemoryDataset(
+            [
+                Sample(id=i, input=f"Q{i}: what is {q}?", target=TARGETS[i])
+                for i, q in QUESTIONS.items()
+            ]  # fmt: skip
+        ),
+        solver=generate(),
+        scorer=model_graded_qa(),
+    )
+    answers = [ANSWERS[i] for i in sorted(ANSWERS)]
+    model = get_model("mockllm/model", custom_outputs=kit.scripted_outputs(answers))
+    [log] = inspect_eval(task, model=model, log_dir=str(tmp_path / "logs"), score=False,
+                         display="none")  # fmt: skip
+    db = tmp_path / "w.duckdb"
+    env = cli_kit.shell_env(
+        tmp_path / "home", api_url=prefect_api,
+        JUDGE_BASE_URL=judge_server.base_url, JUDGE_API_KEY="test",
+    )  # fmt: skip
+
+    no_judge = cli_kit.gradebook("score", log.location, "--db", str(db), env=env, cwd=tmp_path)
+    assert no_judge.code == 2 and len(no_judge.stderr_lines) == 1, no_judge.stderr
+    assert "--model-role grader=MODEL" in no_judge.stderr and judge.count() == 0
+
+    bad = cli_kit.gradebook("score", log.location, "--db", str(db), "--model-role", "grader",
+                            env=env, cwd=tmp_path)  # fmt: skip
+    assert bad.code == 2 and len(bad.stderr_lines) == 1 and "ROLE=MODEL" in bad.stderr
+
+    ran = cli_kit.gradebook(
+        "score", log.location, "--db", str(db), "--model-role", "grader=openai-api/judge/j",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.code == 0, ran.stderr
+    assert judge.count() == 6
+    with Warehouse(db).read() as con:
+        got = con.execute(
+            "SELECT count(*), sum(value) FROM latest_scores WHERE scorer = 'model_graded_qa' "
+            "AND status = 'scored'"
+        ).fetchone()
+    assert got == (6, 4.0)
+
+    # the same judge again: nothing to do, no call
+    again = cli_kit.gradebook(
+        "rescore", "--db", str(db), "--model-role", "grader=openai-api/judge/j",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert again.code == 0 and judge.count() == 6, again.stdout + again.stderr
+    # another judge model: a new verifier version, every sample judged again
+    swapped = cli_kit.gradebook(
+        "rescore", "--db", str(db), "--model-role", 'grader={"model": "openai-api/judge/j2"}',
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert swapped.code == 0, swapped.stderr
+    assert judge.count() == 12
