@@ -19,8 +19,9 @@ from typing import Any
 
 __all__ = ["Script", "ScriptedServer", "scripted_server"]
 
-# (model name, chat messages as sent) -> reply text, or an HTTP status code to fail with
-Script = Callable[[str, list[dict[str, Any]]], "str | int"]
+# (model name, chat messages as sent) -> reply text, an HTTP status code to fail with, or bytes
+# to send as the body of a 200 (a server answering garbage)
+Script = Callable[[str, list[dict[str, Any]]], "str | int | bytes"]
 
 
 @dataclass
@@ -81,6 +82,14 @@ def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
                 detail = f"script raised {exc!r}"
             else:
                 detail = f"scripted HTTP {reply}"
+            if isinstance(reply, bytes):  # a broken server: this body, as it is, with a 200
+                server.record(model, 200)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+                return
             if isinstance(reply, int):
                 server.record(model, reply)
                 self._send(reply, {"error": {"message": detail, "type": "server_error"}})

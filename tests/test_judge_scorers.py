@@ -117,7 +117,7 @@ def _config(tmp_path: Path, gen_url: str, judge_url: str, judge_model: str = "j"
             "model": f"openai-api/judge/{judge_model}", "base_url": judge_url,
             # one layer of retries (Inspect's), short, so the outage test takes seconds
             "args": {"max_retries": 0},
-            "config": {"max_retries": 1, "timeout": 2, "max_connections": 4},
+            "config": {"max_retries": 1, "attempt_timeout": 2, "max_connections": 4},
         }},
         "gates": {"max_unscored_rate": 0.1, "max_regression": None},
     }  # fmt: skip
@@ -427,3 +427,55 @@ def test_score_and_rescore_take_the_judge_as_model_role(
     )  # fmt: skip
     assert swapped.code == 0, swapped.stderr
     assert judge.count() == 12
+
+
+@pytest.mark.parametrize(
+    "failure, cause",
+    [
+        (500, "500"),
+        (429, "429"),
+        ("hang", "imeout"),
+        (b"{not json", ""),
+        ("refused", "Connection"),
+    ],
+)
+def test_every_way_a_judge_call_fails_is_grader_failed(
+    failure: object, cause: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a grading process: 5xx, 429, a call past its timeout, a 200 whose body is not a
+    completion, and a refused connection all leave the sample `grader_failed`, with the call's
+    error kept; the other samples of the chunk are judged."""
+    from scorers.inspect_scorers.grading import InspectGrade
+
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
+    judge = Judge()
+    judge.failing = {1: failure if failure != "refused" else 500}
+    with scripted_server(judge, models=["j"]) as server:
+        url = server.base_url
+        if failure == "refused":
+            url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
+        spec = {
+            "kind": "registry", "scorer": "model_graded_qa", "params": {},
+            "roles": {"grader": {"model": "openai-api/judge/j", "base_url": url,
+                                 "args": {"max_retries": 0},
+                                 "config": {"max_retries": 1, "attempt_timeout": 1}}},
+        }  # fmt: skip
+        rows = [
+            (ANSWERS[i], [TARGETS[i]], "{}", str(i),
+             json.dumps({"messages": [], "input": f"Q{i}: what is {QUESTIONS[i]}?",
+                         "model": "openai-api/gen/m", "epoch": 1}))
+            for i in (1, 4)
+        ]  # fmt: skip
+        try:
+            results = InspectGrade(json.dumps(spec)).grade_rows(rows, 30.0)
+        finally:
+            judge.recover()
+    (status, _, _, explanation, reason, meta, _), second = results
+    assert (status, reason) == ("unscored", "grader_failed"), explanation
+    assert cause in explanation
+    calls = json.loads(meta)["judge"]
+    assert calls and calls[-1]["error"] and calls[-1]["reply"] is None
+    if failure == "refused":
+        assert second[4] == "grader_failed"
+    else:
+        assert second[:2] == ("scored", 1.0)
