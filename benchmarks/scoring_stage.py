@@ -10,10 +10,10 @@ Rows:
     log (bar: >= 3x). Above 20,000 samples the bare loop grades the 20,000-sample log's
     pairs once per epoch (the same pairs as the big log's), and the inspect score anchor is
     timed on the 20,000-sample log (the big one's first epoch) and compared per sample: on the
-    whole log it would take hours.
+    whole log it would take hours; --quick times it on the log's first 300 samples, per sample.
   - peak RSS of the score flow's process tree: the flow's process plus every grading worker,
     zygote and sympy worker it starts, polled from /proc during the flow run (bar: <= 1.5 GB).
-    The anchors run in processes of their own, so what they read does not count here.
+    The anchors run in a process of their own, so what they read does not count here.
   - CPU scaling: N busy processes at once against one alone, measured in the same run. It is
     the ceiling for any N-worker speed-up on this machine at that moment (2.0 on two idle
     cores; a shared VM gives less), so the flow row can be read against it.
@@ -102,6 +102,7 @@ def _outputs():
 # Above this many samples the log is this size's log run for several epochs: generating with
 # mockllm costs ~12 ms a sample, and the repeats keep this log's exact mix of right and wrong.
 GENERATED_MAX = 20_000
+INSPECT_QUICK = 300  # --quick: inspect score on this many samples (it grades ~30x slower)
 
 
 def build_log(n: int) -> Path:
@@ -214,35 +215,54 @@ async def _record(header: Any, samples: Iterable[Any], path: Path) -> None:
     )  # fmt: skip
 
 
-def bare_loop(log: Path, epochs: int = 1) -> tuple[float, int]:
-    """`is_correct` over the log's extracted answers; `epochs`: over each pair that many
-    times (a log built by `_epochs_log` from this one: the same pairs, without reading
-    200,000 samples through Inspect's models first)."""
+def _read(log: Path) -> tuple[Any, float]:
+    """The log as Inspect's reader returns it, and the seconds the read took."""
     from inspect_ai.log import read_eval_log
 
+    t0 = time.perf_counter()
+    read = read_eval_log(str(log))
+    return read, time.perf_counter() - t0
+
+
+def bare_loop(samples: list[Any], epochs: int = 1) -> tuple[float, int]:
+    """`is_correct` over the samples' extracted answers; `epochs`: over each pair that many
+    times (a log built by `_epochs_log` from these: the same pairs, without reading 200,000
+    samples through Inspect's models first)."""
     from scorers.math import is_correct
     from scorers.math._extract import DEFAULT_PATTERNS, extract_answer
 
-    # read_eval_log_samples re-reads the zip per sample (quadratic on a 20,000-sample log)
     pairs = [
-        (extract_answer(s.output.completion, DEFAULT_PATTERNS), str(s.target))
-        for s in read_eval_log(str(log)).samples or []
+        (extract_answer(s.output.completion, DEFAULT_PATTERNS), str(s.target)) for s in samples
     ] * epochs
     t0 = time.perf_counter()
     correct = sum(is_correct(a, t) for a, t in pairs)
     return time.perf_counter() - t0, correct
 
 
-def inspect_score(log: Path) -> float:
+def inspect_score(read: Any, read_s: float, limit: int) -> float:
+    """Seconds per sample of `inspect_ai.score()` over the first `limit` samples of a log that
+    took `read_s` to read (that read's share counted as theirs, as `inspect score` reads)."""
     from inspect_ai import score
-    from inspect_ai.log import read_eval_log
 
     from scorers.math import math_verifier
 
+    share = read_s * limit / len(read.samples)
+    read.samples = read.samples[:limit]
     t0 = time.perf_counter()
-    read = read_eval_log(str(log))
     score(read, scorers=math_verifier(), action="append", display="none")
-    return time.perf_counter() - t0
+    return (share + time.perf_counter() - t0) / limit
+
+
+def anchors(
+    bare_log: Path, epochs: int, insp_log: Path, insp_limit: int
+) -> tuple[float, int, float]:
+    """Both anchors in one process: (bare loop seconds, its correct count, inspect score
+    seconds per sample). A log both use is read once."""
+    # read_eval_log_samples re-reads the zip per sample (quadratic on a 20,000-sample log)
+    bare, bare_read_s = _read(bare_log)
+    bare_s, correct = bare_loop(bare.samples or [], epochs)
+    insp, insp_read_s = (bare, bare_read_s) if insp_log == bare_log else _read(insp_log)
+    return bare_s, correct, inspect_score(insp, insp_read_s, insp_limit)
 
 
 def isolated(fn: Callable[..., T], *args: Any) -> T:
@@ -337,20 +357,23 @@ def sweep_overhead(tmp: Path) -> tuple[float, float]:
     return sweep_s, eval_s
 
 
-def cpu_scaling(workers: int, loops: int = 12_000_000) -> float:
+def cpu_scaling(workers: int, seconds: float) -> float:
     """Throughput of `workers` CPU-bound processes at once over one alone: the most any
-    `workers`-process speed-up can reach on this machine right now (2.0 on 2 idle cores)."""
-    code = f"s = 0\nfor i in range({loops}): s += i * i"
+    `workers`-process speed-up can reach on this machine right now (2.0 on 2 idle cores).
+    Each process counts rounds of work for `seconds` (so a loaded machine does not stretch it)."""
+    code = (
+        f"import time\nend = time.perf_counter() + {seconds}\nn = 0\n"
+        "while time.perf_counter() < end:\n"
+        "    s = 0\n    for i in range(20_000): s += i * i\n    n += 1\nprint(n)"
+    )
 
-    def run(n: int) -> float:
-        t0 = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
-        for p in procs:
-            p.wait()
-        return time.perf_counter() - t0
+    def rounds(n: int) -> int:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(n)
+        ]
+        return sum(int(p.communicate()[0]) for p in procs)
 
-    alone = run(1)
-    return workers * alone / run(workers)
+    return rounds(workers) / rounds(1)
 
 
 def main() -> None:
@@ -366,19 +389,21 @@ def main() -> None:
     from flows.runtime.session import prefect_session
 
     log = build_log(n)
-    scaling = cpu_scaling(args.workers)
-    # above GENERATED_MAX the log's pairs are that log's, once per epoch; the flow reads the
-    # big log itself, and must find the same number correct
-    if n > GENERATED_MAX:
-        bare_s, bare_correct = isolated(bare_loop, build_log(GENERATED_MAX), n // GENERATED_MAX)
-    else:
-        bare_s, bare_correct = isolated(bare_loop, log)
-    # inspect_ai.score() runs at ~1/30 of the flow's rate: above GENERATED_MAX it is timed on
-    # that log, this one's first epoch, and compared per sample
-    insp_n = min(n, GENERATED_MAX)
-    insp_s = isolated(inspect_score, build_log(insp_n)) * n / insp_n
+    scaling = cpu_scaling(args.workers, seconds=1.5 if args.quick else 5.0)
+    # Above GENERATED_MAX the bare loop grades that log's pairs once per epoch (the flow reads
+    # the big log itself, and must find the same number correct). inspect_ai.score() is far
+    # slower than the flow: it is timed on at most GENERATED_MAX samples (--quick: the first
+    # INSPECT_QUICK of this log) and compared per sample.
+    epochs = n // GENERATED_MAX if n > GENERATED_MAX else 1
+    insp_n = min(n, INSPECT_QUICK if args.quick else GENERATED_MAX)
+    bare_s, bare_correct, insp_per_sample = isolated(
+        anchors, build_log(GENERATED_MAX) if epochs > 1 else log, epochs,
+        build_log(min(n, GENERATED_MAX)), insp_n,
+    )  # fmt: skip
+    insp_s = insp_per_sample * n
+    where = "epoch 1 of this log" if n > GENERATED_MAX else "this log's first samples"
     insp_anchor = "inspect_ai.score()" + (
-        f" on the {insp_n:,}-sample log (epoch 1 of this one), per sample" if insp_n < n else ""
+        f" on {insp_n:,} samples ({where}), per sample" if insp_n < n else ""
     )
     with prefect_session():  # a local server, set up exactly as the CLI's commands do
         flow_s, ingest_s, flow_correct, fixed_s, rss = flow_score(log, args.workers)
