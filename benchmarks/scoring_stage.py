@@ -10,7 +10,7 @@ Rows:
     log (bar: >= 3x). Above 20,000 samples the bare loop grades the 20,000-sample log's
     pairs once per epoch (the same pairs as the big log's), and the inspect score anchor is
     timed on the 20,000-sample log (the big one's first epoch) and compared per sample: on the
-    whole log it would take hours; --quick times it on the log's first 300 samples, per sample.
+    whole log it would take hours; --quick times it on the log's first 200 samples, per sample.
   - peak RSS of the score flow's process tree: the flow's process plus every grading worker,
     zygote and sympy worker it starts, polled from /proc during the flow run (bar: <= 1.5 GB).
     The anchors run in a process of their own, so what they read does not count here.
@@ -102,7 +102,7 @@ def _outputs():
 # Above this many samples the log is this size's log run for several epochs: generating with
 # mockllm costs ~12 ms a sample, and the repeats keep this log's exact mix of right and wrong.
 GENERATED_MAX = 20_000
-INSPECT_QUICK = 300  # --quick: inspect score on this many samples (it grades ~30x slower)
+INSPECT_QUICK = 200  # --quick: inspect score on this many samples (it grades ~30x slower)
 
 
 def build_log(n: int) -> Path:
@@ -377,7 +377,7 @@ def cpu_scaling(workers: int, seconds: float) -> float:
 
 
 def main() -> None:
-    args, n = stage_args(__doc__.splitlines()[0], "2,000 samples; under a minute", quick_n=2_000)
+    args, n = stage_args(__doc__.splitlines()[0], "1,000 samples; under a minute", quick_n=1_000)
     if n > GENERATED_MAX and n % GENERATED_MAX:
         print(
             f"--samples {n}: above {GENERATED_MAX:,} the log is the {GENERATED_MAX:,}-sample one "
