@@ -122,6 +122,12 @@ def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    # a real server's backlog: with the default 5, a burst of 32 connections loses SYNs and
+    # the clients' SYN retries (1, 3, 7 s) stall requests
+    request_queue_size = 1024
+
+
 @contextmanager
 def scripted_server(
     script: Script, *, models: list[str] | None = None, port: int = 0
@@ -136,7 +142,7 @@ def scripted_server(
             same URL, as a restarted model server is.
     """
     state = ScriptedServer(base_url="")
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(script, state, models or []))
+    httpd = _Server(("127.0.0.1", port), _handler(script, state, models or []))
     httpd.daemon_threads = True
     state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     thread = threading.Thread(target=httpd.serve_forever, name="scripted-llm", daemon=True)

@@ -386,7 +386,10 @@ def start_early(names: Sequence[str], opts: ScoreOptions) -> GradingPool:
 
 
 def _start_for(pool: GradingPool, verifiers: Sequence[Verifier]) -> None:
-    pool.start([v.module for v in verifiers], [h for v in verifiers for h in v.helpers])
+    # a judge scorer's workers warm up its judge (scorers.inspect_scorers.judges.warm_up)
+    judged = any((v.spec or {}).get("roles") for v in verifiers)
+    modules = [v.module for v in verifiers] + (["scorers.inspect_scorers.judges"] if judged else [])
+    pool.start(modules, [h for v in verifiers for h in v.helpers])
 
 
 class Bulk:

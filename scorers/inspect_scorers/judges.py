@@ -32,6 +32,7 @@ from typing import Any
 
 __all__ = [
     "GRADER",
+    "warm_up",
     "GRADER_FAILED",
     "VERDICT_UNPARSEABLE",
     "JudgeCalls",
@@ -101,6 +102,15 @@ def _names_grader(path: str) -> bool:
     except (OSError, SyntaxError, ValueError):
         return False
     return any(isinstance(n, ast.Constant) and n.value == GRADER for n in ast.walk(tree))
+
+
+def warm_up() -> None:
+    """What a process's first judge model costs before its first call: Inspect's start-up
+    hooks (an installed package's hooks must see the judge's calls, and finding them loads
+    every package's Inspect entry point). A grading worker runs it while the stage ingests."""
+    from inspect_ai.hooks._startup import init_hooks
+
+    init_hooks()
 
 
 def _judge(role: str, spec: Mapping[str, Any], processes: int) -> Any:
