@@ -28,6 +28,7 @@ __all__ = [
     "ClusterConfig",
     "ConfigError",
     "ModelConfig",
+    "RoleModel",
     "SweepConfig",
     "TaskConfig",
     "load_config",
@@ -125,6 +126,40 @@ class ModelConfig(_Strict):
         return self.name or self.model
 
 
+class RoleModel(_Strict):
+    """A model bound to a named role (Inspect's model roles): `[model_roles.grader]` is the
+    judge that judge-graded scorers grade with (scorers.inspect_scorers.judges).
+
+    Attributes:
+        model: an Inspect model string, as for `[[models]]`.
+        base_url: the judge's server (else the provider's variable, e.g. `JUDGE_BASE_URL`).
+        args: model args (Inspect's `model_args`).
+        config: generation config; `max_connections`, `max_retries`, `timeout` and
+            `attempt_timeout` are the judge's own limits in the scoring stage (not part of
+            the verifier's identity); the rest (temperature, max_tokens, ...) is.
+    """
+
+    model: str
+    base_url: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    _model_string = field_validator("model")(ModelConfig._model_string.__func__)  # type: ignore[attr-defined]
+    _generate_config = field_validator("config")(ModelConfig._generate_config.__func__)  # type: ignore[attr-defined]
+
+    @property
+    def label(self) -> str:
+        return self.model
+
+    def to_json(self) -> dict[str, Any]:
+        """The binding a scorer spec carries (`ScorerSpec.roles`)."""
+        out: dict[str, Any] = {"model": self.model, "args": dict(self.args),
+                               "config": dict(self.config)}  # fmt: skip
+        if self.base_url:
+            out["base_url"] = self.base_url
+        return out
+
+
 class TaskConfig(_Strict):
     """One Inspect task and the verifiers that score it.
 
@@ -193,6 +228,8 @@ class SweepConfig(_Strict):
         warehouse: the DuckDB file (relative paths: to the config file).
         verifier_modules: extra Python modules to import so the verifiers they register exist.
         cluster: `[cluster]` settings; absent (the default) runs everything in this process.
+        model_roles: models bound to roles by name; `grader` is the judge of judge-graded
+            scorers (`[model_roles.grader] model = "..."`).
     """
 
     name: str
@@ -204,6 +241,7 @@ class SweepConfig(_Strict):
     tasks: list[TaskConfig] = Field(min_length=1)
     gates: GateRules = Field(default_factory=GateRules)
     cluster: ClusterConfig | None = None
+    model_roles: dict[str, RoleModel] = Field(default_factory=dict)
     source: Path | None = Field(default=None, exclude=True)
 
     @field_validator("name")
@@ -296,7 +334,7 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
     base = source.parent if source.suffix else Path.cwd()
     _import_verifier_modules(cfg.verifier_modules, source)
     tasks = [
-        _resolve_verifiers(_resolve_task(t, base, source, i), base, source, i)
+        _resolve_verifiers(_resolve_task(t, base, source, i), base, source, i, cfg.model_roles)
         for i, t in enumerate(cfg.tasks)
     ]
     return cfg.model_copy(
@@ -353,21 +391,27 @@ def _find(relative: Path, base: Path, *, dirs: bool = False) -> Path | None:
     return None
 
 
-def _resolve_verifiers(task: TaskConfig, base: Path, source: Path, index: int) -> TaskConfig:
+def _resolve_verifiers(
+    task: TaskConfig, base: Path, source: Path, index: int, roles: dict[str, RoleModel]
+) -> TaskConfig:
     """Each `verifiers` entry resolved now (a bad one is one line naming the entry), kept as
-    the user wrote it but with a scorer file's path made absolute."""
+    the user wrote it but with a scorer file's path made absolute and a judge scorer's grader
+    bound (`[model_roles.grader]`)."""
     if not task.verifiers:
         return task  # the task's own scorers, read when the task is loaded (flows.verifier_specs)
-    from scorers.inspect_scorers.specs import SpecError, resolve, spec_of
+    from scorers.inspect_scorers.specs import SpecError, resolve, spec_of, with_roles
+
+    bindings = {name: role.to_json() for name, role in roles.items()}
 
     entries: list[str | dict[str, Any]] = []
     for entry in task.verifiers:
         try:
-            spec = spec_of(entry, base=base)
+            spec = with_roles(spec_of(entry, base=base), bindings)
             verifier = resolve(spec, trusted=True)
         except SpecError as exc:
             where = f"{source}: tasks[{index}] ({task.task}).verifiers"
-            if isinstance(entry, str) and "/" not in entry and not entry.endswith(".py"):
+            plain_name = isinstance(entry, str) and "/" not in entry and not entry.endswith(".py")
+            if plain_name and str(exc).startswith("unknown verifier"):
                 from scorers.registry import all_verifiers
 
                 known = sorted(n for n, v in all_verifiers().items() if v.spec is None)

@@ -78,6 +78,7 @@ def run_generation(
     *,
     display: str = "none",
     sweep: str | None = None,
+    roles: dict[str, Any] | None = None,
 ) -> list[GenerationResult]:
     """Generate every task with one model, in this process (no Prefect).
 
@@ -88,6 +89,8 @@ def run_generation(
         display: Inspect's display ("none" under gradebook's own progress bar).
         sweep: the sweep's name, written into each log's metadata so `gradebook gate --sweep`
             finds its runs.
+        roles: the config's `model_roles` (name -> RoleModel), bound to the judge scorers
+            recorded in each log's metadata.
 
     SIGINT or SIGTERM stops it (flows.runtime.interrupts): Inspect cancels the eval in flight and
     writes its log as `cancelled`, which is returned with the others; the tasks not reached yet
@@ -136,7 +139,7 @@ def run_generation(
                         tags=["gradebook", model_cfg.label],
                         metadata={
                             "gradebook_model": model_cfg.label,
-                            "verifiers": task_verifier_entries(task_cfg),
+                            "verifiers": task_verifier_entries(task_cfg, roles),
                             **({"sweep": sweep} if sweep else {}),
                         },
                     )
@@ -233,10 +236,14 @@ def _result(model: str, task_label: str, log: Any) -> GenerationResult:
 # (the task's source, its inputs including the model's scripted outputs) costs every sweep
 @task(name="generate-model", task_run_name="generate {model_cfg.label}", cache_policy=NO_CACHE)
 def generate_for_model(
-    model_cfg: ModelConfig, tasks: list[TaskConfig], log_dir: Path, sweep: str | None = None
+    model_cfg: ModelConfig,
+    tasks: list[TaskConfig],
+    log_dir: Path,
+    sweep: str | None = None,
+    roles: dict[str, Any] | None = None,
 ) -> list[GenerationResult]:
     """Prefect task: every task of the sweep with one model (one model server start)."""
-    return run_generation(model_cfg, tasks, log_dir, sweep=sweep)
+    return run_generation(model_cfg, tasks, log_dir, sweep=sweep, roles=roles)
 
 
 @flow(name="generate", log_prints=False, on_running=[record_owner])
@@ -260,5 +267,7 @@ def generate_models(cfg: SweepConfig) -> list[GenerationResult]:
         if stop_signal() is not None:
             results += [not_started(model_cfg, t) for t in cfg.tasks]
             continue
-        results += generate_for_model(model_cfg, cfg.tasks, cfg.log_dir, sweep=cfg.name)
+        results += generate_for_model(
+            model_cfg, cfg.tasks, cfg.log_dir, sweep=cfg.name, roles=cfg.model_roles or None
+        )
     return results

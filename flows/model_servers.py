@@ -17,9 +17,16 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from flows.config import ConfigError, ModelConfig, SweepConfig
+from flows.config import ConfigError, ModelConfig, RoleModel, SweepConfig
 
-__all__ = ["CHECK_TIMEOUT_S", "Endpoint", "check_model_env", "endpoint", "server_problem"]
+__all__ = [
+    "CHECK_TIMEOUT_S",
+    "Endpoint",
+    "check_model_env",
+    "endpoint",
+    "judge_problem",
+    "server_problem",
+]
 
 # Long enough for a loaded server to accept a connection and answer a listing, short enough
 # that a dead one costs seconds, not the minutes of Inspect's retries.
@@ -46,7 +53,7 @@ def _service_env(model: str) -> str | None:
     return rest.split("/", 1)[0].upper().replace("-", "_")
 
 
-def endpoint(cfg: ModelConfig) -> Endpoint | None:
+def endpoint(cfg: ModelConfig | RoleModel) -> Endpoint | None:
     """The server a model's requests go to, as Inspect will resolve it; None when the provider
     starts its own server or is a hosted API with its built-in URL."""
     if cfg.base_url:
@@ -64,11 +71,13 @@ def check_model_env(cfg: SweepConfig) -> None:
     Raises:
         ConfigError: one line naming the config, the model and the variable to set.
     """
-    for i, m in enumerate(cfg.models):
+    named = [(f"models[{i}] ({m.label})", m) for i, m in enumerate(cfg.models)]
+    named += [(f"model_roles.{name}", m) for name, m in cfg.model_roles.items()]
+    for key, m in named:
         service = _service_env(m.model)
         if service is None:
             continue
-        where = f"{cfg.source}: models[{i}] ({m.label})"
+        where = f"{cfg.source}: {key}"
         key_var = str(m.args.get("api_key_var") or f"{service}_API_KEY")
         if not m.args.get("api_key") and not os.environ.get(key_var):
             raise ConfigError(
@@ -83,7 +92,7 @@ def check_model_env(cfg: SweepConfig) -> None:
             )
 
 
-def server_problem(cfg: ModelConfig, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
+def server_problem(cfg: ModelConfig | RoleModel, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
     """One line saying why the model's server does not answer, or None when it answers (any
     HTTP response counts: a 401 or 404 still proves a server is there) or has no URL to check.
 
@@ -105,6 +114,16 @@ def server_problem(cfg: ModelConfig, timeout_s: float = CHECK_TIMEOUT_S) -> str 
         f"model server {point.url} ({point.source}) for {cfg.label} does not answer: {cause}; "
         f"start it, or fix {fix}"
     )
+
+
+def judge_problem(verifier_spec: dict | None) -> str | None:
+    """Why the judge an Inspect scorer verifier grades with does not answer (its spec's
+    `grader` binding), or None: it answers, or has no URL to check, or the verifier has none.
+    The watcher's cheap health check before it re-judges `grader_failed` samples."""
+    binding = ((verifier_spec or {}).get("roles") or {}).get("grader")
+    if not binding:
+        return None
+    return server_problem(RoleModel(**binding))
 
 
 def _cause(exc: BaseException, timeout_s: float) -> str:

@@ -185,6 +185,8 @@ class InfraRetry:
         written: per (run, verifier), the rows the retry wrote (attempt > 1).
         waiting_for_sandbox: `sandbox_unavailable` samples not retried: the sandbox is still down.
         sandbox_down: why the sandbox check failed (None: not needed, or the sandbox is up).
+        waiting_for_judge: `grader_failed` samples not retried: their judge does not answer.
+        judge_down: per verifier, why its judge's health check failed.
         at_cap: samples left unscored at WATCH_MAX_ATTEMPT attempts after this run; only
             `gradebook rescore --retry-unscored` grades them again.
     """
@@ -192,6 +194,8 @@ class InfraRetry:
     written: list[RunScore] = field(default_factory=list)
     waiting_for_sandbox: int = 0
     sandbox_down: str | None = None
+    waiting_for_judge: int = 0
+    judge_down: dict[str, str] = field(default_factory=dict)
     at_cap: int = 0
 
     @property
@@ -210,6 +214,8 @@ class InfraRetry:
         )
         if self.waiting_for_sandbox:
             line += f"; {self.waiting_for_sandbox} wait for the sandbox"
+        if self.waiting_for_judge:
+            line += f"; {self.waiting_for_judge} wait for the judge"
         if self.at_cap:
             line += (
                 f"; {self.at_cap} unscored after {WATCH_MAX_ATTEMPT} attempts "
@@ -246,10 +252,13 @@ def retry_infrastructure(warehouse: str | Path, opts: ScoreOptions | None = None
     """Grade again, under the current fingerprints, the samples whose latest attempt is unscored
     for an infrastructure failure (scope "infrastructure": never an answer a verifier judged).
 
-    `sandbox_unavailable` samples are retried only when the sandbox check passes now, so an
-    outage does not write a new unscored row per sample per call; no sample is retried past
-    attempt WATCH_MAX_ATTEMPT.
+    `sandbox_unavailable` samples are retried only when the sandbox check passes now, and
+    `grader_failed` ones only when their judge answers a health check (one GET of its
+    `/models`), so an outage does not write a new unscored row per sample per call; no sample
+    is retried past attempt WATCH_MAX_ATTEMPT.
     """
+    from flows.model_servers import judge_problem
+    from scorers.registry import get_verifier
     from scorers.sandbox.pool import sandbox_down
 
     cap = WATCH_MAX_ATTEMPT
@@ -264,24 +273,36 @@ def retry_infrastructure(warehouse: str | Path, opts: ScoreOptions | None = None
         if result.sandbox_down:
             skip = ("sandbox_unavailable",)
             result.waiting_for_sandbox = sum(k for *_, why, k in due if why in skip)
-    plan: dict[str, list[str]] = {}
+    judges_down = {
+        name: problem
+        for name in sorted({n for n, _, why, _ in due if why == "grader_failed"})
+        if (problem := judge_problem(get_verifier(name).spec)) is not None
+    }
+    result.judge_down = judges_down
+    result.waiting_for_judge = sum(
+        k for n, _, why, k in due if why == "grader_failed" and n in judges_down
+    )
+    # a verifier whose judge is down is retried without its grader_failed samples
+    plans: dict[tuple[str, ...], dict[str, list[str]]] = {}
     for name, run_id, why, _ in due:
-        if why in skip:
+        without = skip + (("grader_failed",) if name in judges_down else ())
+        if why in without:
             continue
-        names = plan.setdefault(run_id, [])
+        names = plans.setdefault(without, {}).setdefault(run_id, [])
         if name not in names:
             names.append(name)
-    if not plan:
+    if not plans:
         return result
     result.written = [
         w
+        for without, plan in plans.items()
         for w in score_runs(
             warehouse,
             plan,
             opts,
             retry="infrastructure",
             max_attempt=cap,
-            skip_reasons=skip,
+            skip_reasons=without,
         )
         if w.written
     ]

@@ -285,8 +285,9 @@ def stream_grades(
     # A verifier may defer what would wait on a helper still starting (math: its sympy
     # zygote), so the workers grade everything else meanwhile; the pool grades the deferred
     # rows again soon after, without deferral.
+    for_processes = getattr(verifier.grade, "for_processes", None)  # a judge's limits are shared
     stale_chunks = pool.map(
-        verifier.grade,
+        for_processes(pool.workers) if for_processes else verifier.grade,
         [[samples.rows[i] for i in chunk] for chunk in chunks],
         opts.sample_timeout_s,
         lambda job, graded: emit(chunks[job], graded),

@@ -103,7 +103,7 @@ def _generate_and_score(
     cancelled logs included, is still ingested, and scoring is skipped (or ends where it was:
     the scores written stay).
     """
-    names = sorted({n for t in cfg.tasks for n in task_verifier_names(t)})
+    names = sorted({n for t in cfg.tasks for n in task_verifier_names(t, cfg.model_roles)})
     loaded = current_fingerprints(names)
     opts = ScoreOptions(workers=workers, progress=progress)
     # The scoring workers start and the verifiers' helpers (math: sympy, seconds of CPU) boot
@@ -149,8 +149,8 @@ def retry_pass(
     pool: GradingPool | None = None,
 ) -> list[RunScore]:
     """The score step's automatic retry: grade again, once, the samples the first pass left
-    unscored for an infrastructure failure (the sandbox unreachable, a grading worker process
-    that died), so a transient outage does not reach the gate as unscored samples.
+    unscored for an infrastructure failure (the sandbox unreachable, a judge's calls failing, a
+    grading worker process that died), so a transient outage does not reach the gate as unscored samples.
 
     Not timeouts or verifier exceptions: those come from the verifier on that input and would
     most likely fail the same way again, at the cost of another time limit per sample; a user
@@ -164,7 +164,9 @@ def retry_pass(
     candidates = {
         (s.run_id, s.scorer)
         for s in first
-        if s.reasons.get("sandbox_unavailable") or s.reasons.get("verifier_error")
+        if s.reasons.get("sandbox_unavailable")
+        or s.reasons.get("verifier_error")
+        or s.reasons.get("grader_failed")
     }
     if not candidates:
         return []
@@ -224,7 +226,7 @@ def summarise(
                     [scorer, digest, run_ids],
                 ).fetchall():
                     reasons.setdefault((run_id, scorer), {})[reason] = n
-    verifiers_of = {t.label: task_verifier_names(t) for t in cfg.tasks}
+    verifiers_of = {t.label: task_verifier_names(t, cfg.model_roles) for t in cfg.tasks}
     rows: list[SummaryRow] = []
     for gen in generations:
         gate = gates.get(gen.run_id) if gen.run_id else None
@@ -315,7 +317,7 @@ def sweep_flow(
         else:
             generations, plan, scores = _generate_and_score(cfg, workers, progress, expected)
         stopped = stop_signal()
-        names = sorted({n for t in cfg.tasks for n in task_verifier_names(t)})
+        names = sorted({n for t in cfg.tasks for n in task_verifier_names(t, cfg.model_roles)})
         fingerprints = current_fingerprints(names)
         run_ids = [g.run_id for g in generations if g.run_id and g.run_id in plan]
         gates = run_gates(cfg, run_ids, fingerprints) if gate and run_ids and not stopped else {}

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flows.config import ConfigError, SweepConfig, TaskConfig
+from flows.config import ConfigError, RoleModel, SweepConfig, TaskConfig
 
 __all__ = [
     "check_verifiers",
@@ -52,19 +52,29 @@ def _task_specs(task_cfg: TaskConfig) -> list[Any]:
     return _TASK_SCORERS[key]
 
 
-def task_verifier_entries(task_cfg: TaskConfig) -> list[Any]:
+def task_verifier_entries(
+    task_cfg: TaskConfig, roles: Mapping[str, RoleModel] | None = None
+) -> list[Any]:
     """What scores a sweep task, as JSON entries (a gradebook name, or an Inspect scorer
-    spec): what generate records in the log's metadata (`verifiers`)."""
+    spec): what generate records in the log's metadata (`verifiers`). `roles`: the config's
+    `model_roles`, bound to the task's own judge scorers (config `verifiers` have them bound
+    when the config is loaded)."""
     if task_cfg.verifiers:
         return list(task_cfg.verifiers)
-    from scorers.inspect_scorers.specs import resolve
+    from scorers.inspect_scorers.specs import resolve, with_roles
 
-    return [dict(resolve(s, trusted=True).spec or {}) for s in _task_specs(task_cfg)]
+    bindings = {name: role.to_json() for name, role in (roles or {}).items()}
+    return [
+        dict(resolve(with_roles(s, bindings), trusted=True).spec or {})
+        for s in _task_specs(task_cfg)
+    ]
 
 
-def task_verifier_names(task_cfg: TaskConfig) -> list[str]:
+def task_verifier_names(
+    task_cfg: TaskConfig, roles: Mapping[str, RoleModel] | None = None
+) -> list[str]:
     """The verifier names that score a sweep task (its own scorers when `verifiers` is empty)."""
-    return names_for_entries(task_verifier_entries(task_cfg), trusted=True)
+    return names_for_entries(task_verifier_entries(task_cfg, roles), trusted=True)
 
 
 def check_verifiers(cfg: SweepConfig) -> None:
@@ -78,7 +88,7 @@ def check_verifiers(cfg: SweepConfig) -> None:
 
     for i, task_cfg in enumerate(cfg.tasks):
         try:
-            names = task_verifier_names(task_cfg)
+            names = task_verifier_names(task_cfg, cfg.model_roles)
         except SpecError as exc:
             raise ConfigError(
                 f"{cfg.source or '<config>'}: tasks[{i}] ({task_cfg.task}): its own scorers: {exc}"
@@ -164,8 +174,11 @@ def scorer_files(cfg: SweepConfig) -> list[str]:
     `verifier_modules`, since it never imports a file the warehouse names."""
     out: list[str] = []
     for task_cfg in cfg.tasks:
-        for entry in task_verifier_entries(task_cfg):
-            if isinstance(entry, dict) and entry.get("kind") == "file":
+        for entry in task_verifier_entries(task_cfg, cfg.model_roles):
+            if isinstance(entry, dict) and entry.get("roles"):
+                # a judge: the watcher calls it only on the user's word (its spec, here)
+                out.append(json.dumps(entry, sort_keys=True))
+            elif isinstance(entry, dict) and entry.get("kind") == "file":
                 plain = not entry.get("params") and not entry.get("name")
                 # with params or a name: the spec itself (JSON), which load_modules takes too
                 out.append(

@@ -542,6 +542,7 @@ def test_cli_ingest_sql_and_export(log, tmp_path):
             "fingerprint_order",
             "gates",
             "grade_flips",
+            "judge_usage",
             "latest_gates",
             "latest_scores",
             "messages",

@@ -17,6 +17,7 @@ import duckdb
 
 from warehouse.connection import WarehouseError, one
 from warehouse.gate_tables import GATES_TABLE_SQL, PASS_AT_K_SQL
+from warehouse.judge_usage import JUDGE_USAGE_SQL
 from warehouse.log_stamps import LOG_STAMP_SQL
 from warehouse.metric_views import QUERY_VIEWS_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
@@ -224,6 +225,7 @@ MIGRATIONS: list[Migration] = [
         "samples.choices, samples.messages_json, runs.plan, verifiers.spec: Inspect scorers",
         TASK_STATE_SQL,
     ),
+    Migration("judge_usage view: judge calls and tokens per run", JUDGE_USAGE_SQL),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -12,15 +12,16 @@ import pyarrow.compute as pc
 SCORE_KEY = ("run_id", "sample_id", "epoch", "scorer", "fingerprint", "attempt")
 
 # Unscored reasons that say nothing about the answer, only that grading did not happen (the
-# sandbox was down, the stage's time limit hit, the verifier or its worker process failed), so
-# grading the saved transcript again may succeed. Generation errors are never retried: the
-# sample has no answer to grade.
-RETRYABLE_REASONS = ("sandbox_unavailable", "timeout", "verifier_error")
+# sandbox was down, the stage's time limit hit, the verifier or its worker process failed, the
+# judge did not answer), so grading the saved transcript again may succeed. Generation errors
+# are never retried: the sample has no answer to grade. Nor is a judge reply with no verdict
+# (`verdict_unparseable`): the same reply parses the same way.
+RETRYABLE_REASONS = ("sandbox_unavailable", "timeout", "verifier_error", "grader_failed")
 
 # Which unscored samples a retry grades again: "all" retryable reasons (what a user asks for
 # with --retry-unscored once the cause is fixed), or only "infrastructure" failures, where the
 # scoring machinery failed rather than the verifier on this input: the sandbox was unreachable,
-# or the grading worker process died (a verifier_error whose explanation starts with
+# the judge's calls failed (grader_failed), or the grading worker process died (a verifier_error whose explanation starts with
 # WORKER_DIED, as flows.grading_pool writes it). The sweep retries those by itself.
 RetryScope = Literal["all", "infrastructure"]
 WORKER_DIED = "scoring worker died"

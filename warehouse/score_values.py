@@ -53,6 +53,7 @@ _REASON_MAP = {
     "unparseable_answer": "invalid_response_format",
     "no_code": "invalid_response_format",
     "verifier_error": "scoring_failed",
+    "verdict_unparseable": "grader_failed",
     "timeout": "scoring_failed",
     "sandbox_unavailable": "scoring_failed",
     "invalid_target": "scoring_failed",

@@ -756,7 +756,7 @@ def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:
         return "list_contains($reasons::VARCHAR[], c.reason)"
     params["died"] = WORKER_DIED
     return (
-        "(c.reason = 'sandbox_unavailable' OR "
+        "(c.reason IN ('sandbox_unavailable', 'grader_failed') OR "
         "(c.reason = 'verifier_error' AND starts_with(c.explanation, $died)))"
     )
 

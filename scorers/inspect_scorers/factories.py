@@ -43,6 +43,8 @@ class ScorerSpec:
         name: the name its scores are stored under (default: as Inspect names them).
         module: for a registry spec, the installed module that defines the factory (imported
             first by a grading process, so it need not load every entry point of a package).
+        roles: model roles the scorer grades with, by role name: {"grader": {"model", "base_url",
+            "args", "config"}} for a judge (scorers.inspect_scorers.judges).
     """
 
     scorer: str
@@ -50,6 +52,7 @@ class ScorerSpec:
     file: str | None = None
     name: str | None = None
     module: str | None = None
+    roles: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -60,6 +63,8 @@ class ScorerSpec:
         for key in ("file", "name", "module"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
+        if self.roles:
+            out["roles"] = {k: dict(v) for k, v in self.roles.items()}
         return out
 
     @classmethod
@@ -70,6 +75,7 @@ class ScorerSpec:
             file=data.get("file"),
             name=data.get("name"),
             module=data.get("module"),
+            roles=dict(data.get("roles") or {}),
         )
 
     def key(self) -> str:

@@ -32,6 +32,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from scorers.grade import Grade, SampleView
+from scorers.inspect_scorers.judges import (
+    GRADER_FAILED,
+    VERDICT_UNPARSEABLE,
+    JudgeCalls,
+    recording,
+)
 
 __all__ = ["CONCURRENCY", "InspectGrade"]
 
@@ -59,9 +65,22 @@ def _unscored(reason: str, explanation: str, t0: float, **meta: Any) -> ResultRo
 
 @dataclass(frozen=True)
 class InspectGrade:
-    """Grade samples with the Inspect scorer a spec names (JSON of `ScorerSpec.to_json()`)."""
+    """Grade samples with the Inspect scorer a spec names (JSON of `ScorerSpec.to_json()`).
+
+    `processes`: how many grading processes share the judge's connection limit (a judge
+    scorer's `max_connections` is the stage's, not each process's).
+    """
 
     spec: str
+    processes: int = 1
+
+    def for_processes(self, n: int) -> InspectGrade:
+        """This grade, run by `n` processes at once."""
+        return InspectGrade(self.spec, max(1, n))
+
+    def roles(self) -> dict[str, Any]:
+        """The model roles the scorer grades with (a judge's `grader`)."""
+        return dict(json.loads(self.spec).get("roles") or {})
 
     def scorer(self) -> Any:
         """The Inspect scorer, created once per process."""
@@ -90,7 +109,7 @@ class InspectGrade:
             return [_unscored("verifier_error", why, t0, traceback=_short_traceback(exc))] * len(
                 rows
             )
-        return _run(_grade_all(scorer, rows, timeout_s))
+        return _run(_grade_all(scorer, rows, timeout_s, self.roles(), self.processes))
 
 
 def _run(coro: Any) -> Any:
@@ -106,15 +125,38 @@ def _run(coro: Any) -> Any:
     return result[0]
 
 
-async def _grade_all(scorer: Any, rows: Sequence[Sequence[Any]], timeout_s: float) -> list[Any]:
-    limit = asyncio.Semaphore(CONCURRENCY)
+async def _grade_all(
+    scorer: Any,
+    rows: Sequence[Sequence[Any]],
+    timeout_s: float,
+    roles: dict[str, Any],
+    processes: int,
+) -> list[Any]:
+    from scorers.inspect_scorers.judges import bound_roles
+
     watchdog = _Watchdog(timeout_s)
-    with watchdog:
-        return list(
-            await asyncio.gather(
-                *(_one(scorer, i, row, timeout_s, limit, watchdog) for i, row in enumerate(rows))
+    try:
+        binding = bound_roles(roles, processes)
+        models = binding.__enter__()
+    except Exception as exc:  # noqa: BLE001 - a judge that cannot be created: every sample says so
+        t0 = time.perf_counter()
+        why = f"the judge could not be created: {type(exc).__name__}: {str(exc)[:200]}"
+        return [_unscored("grader_failed", why, t0)] * len(rows)
+    # enough samples in flight to keep every judge connection busy
+    share = max((m.config.max_connections or 0 for m in models.values()), default=0)
+    limit = asyncio.Semaphore(max(CONCURRENCY, share))
+    try:
+        with watchdog:
+            return list(
+                await asyncio.gather(
+                    *(
+                        _one(scorer, i, row, timeout_s, limit, watchdog)
+                        for i, row in enumerate(rows)
+                    )  # fmt: skip
+                )
             )
-        )
+    finally:
+        binding.__exit__(None, None, None)
 
 
 async def _one(
@@ -154,22 +196,28 @@ async def _one(
             )  # fmt: skip
         init_subtask_store(state.store)
         watchdog.start(index)
-        try:
-            # asyncio.timeout, not wait_for: the scorer runs in this task, so its frames are
-            # under this one's on the stack, where the watchdog looks
-            async with asyncio.timeout(timeout_s if timeout_s > 0 else None):
-                score = await scorer(state, target)
-        except (_SampleTimeout, TimeoutError):
-            return _unscored("timeout", f"scorer did not finish within {timeout_s:g}s", t0)
-        except Exception as exc:  # noqa: BLE001 - per-sample fault isolation
-            return _unscored(
-                "verifier_error",
-                f"scorer raised {type(exc).__name__}: {str(exc)[:200]}",
-                t0,
-                traceback=_short_traceback(exc),
-            )
-        finally:
-            watchdog.stop(index)
+        with recording() as calls:
+            try:
+                # asyncio.timeout, not wait_for: the scorer runs in this task, so its frames are
+                # under this one's on the stack, where the watchdog looks
+                async with asyncio.timeout(timeout_s if timeout_s > 0 else None):
+                    score = await scorer(state, target)
+            except (_SampleTimeout, TimeoutError):
+                if calls.failed():
+                    return _judge_failed(calls, f"no reply within {timeout_s:g}s", t0)
+                return _unscored("timeout", f"scorer did not finish within {timeout_s:g}s", t0)
+            except Exception as exc:  # noqa: BLE001 - per-sample fault isolation
+                if calls.failed():
+                    return _judge_failed(calls, calls.last_error() or str(exc)[:200], t0)
+                return _unscored(
+                    "verifier_error",
+                    f"scorer raised {type(exc).__name__}: {str(exc)[:200]}",
+                    t0,
+                    traceback=_short_traceback(exc),
+                    **_judge_meta(calls),
+                )
+            finally:
+                watchdog.stop(index)
         if reads:
             return _unscored(
                 "choice_marks_unknown",
@@ -183,15 +231,33 @@ async def _one(
         value = row_fields.value
         if value is not None and math.isnan(value):
             value = None
+        reason = row_fields.reason
+        if row_fields.status == "unscored" and reason == GRADER_FAILED and calls.answered():
+            # the judge answered; its reply holds no verdict the scorer can read
+            reason = VERDICT_UNPARSEABLE
         return (
             row_fields.status,
             value,
             row_fields.answer,
             row_fields.explanation,
-            row_fields.reason,
-            values.metadata_json(row_fields.metadata),
+            reason,
+            values.metadata_json({**row_fields.metadata, **_judge_meta(calls)}),
             time.perf_counter() - t0,
         )
+
+
+def _judge_meta(calls: JudgeCalls) -> dict[str, Any]:
+    """The judge calls' evidence, under `judge` in the row's metadata (none: nothing)."""
+    return {"judge": calls.evidence()} if calls.events else {}
+
+
+def _judge_failed(calls: JudgeCalls, why: str, t0: float) -> ResultRow:
+    return _unscored(
+        GRADER_FAILED,
+        f"judge call failed after {len(calls.events)} attempt(s): {why}",
+        t0,
+        **_judge_meta(calls),
+    )
 
 
 def _conversion() -> Any:

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from scorers.inspect_scorers import judges
 from scorers.inspect_scorers.factories import (
     TRUSTED_FILES,
     ScorerSpec,
@@ -49,6 +50,7 @@ __all__ = [
     "resolve",
     "spec_of",
     "task_scorer_specs",
+    "with_roles",
     "log_scorer_specs",
 ]
 
@@ -173,6 +175,7 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
             f"because a log or warehouse names it: pass --verifier-module {spec.file}@{spec.scorer}"
         )
     factory, registry_name, module = resolve_factory(spec)
+    _check_roles(spec, factory, registry_name, trusted=trusted)
     try:
         factory(**dict(spec.params))
     except TypeError as exc:
@@ -187,7 +190,7 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
     except TypeError:
         raise SpecError(f"scorer {spec.shown()}: params must be JSON values") from None
     if spec.file is None:
-        spec = ScorerSpec(spec.scorer, spec.params, None, spec.name, module)
+        spec = ScorerSpec(spec.scorer, spec.params, None, spec.name, module, spec.roles)
     name = spec.name or _stored_name(registry_name)
     clash = all_verifiers().get(name)
     if clash is not None and (clash.spec is None or clash.spec != spec.to_json()):
@@ -203,7 +206,11 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
         name=name,
         grade=InspectGrade(json.dumps(spec.to_json(), sort_keys=True)),
         module=module,
-        params={"scorer": registry_name, "params": dict(spec.params)},
+        params={
+            "scorer": registry_name,
+            "params": dict(spec.params),
+            **({"judge": judges.identity(spec.roles)} if spec.roles else {}),
+        },
         label=f"Inspect scorer {registry_name}",
         code=(GRADER_MODULE, CONVERSION_MODULE),
         reads_state=True,
@@ -212,6 +219,52 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
     register(verifier)
     _BY_KEY[key] = verifier
     return verifier
+
+
+def with_roles(spec: str | ScorerSpec, roles: Mapping[str, Any]) -> str | ScorerSpec:
+    """The spec with the config's grader bound, when it is a judge scorer that has none
+    (`roles`: role name -> binding JSON, as `RoleModel.to_json()`). A user's spec only: a
+    file spec is imported to find out.
+
+    Raises:
+        SpecError: as `resolve`.
+    """
+    if isinstance(spec, str) or spec.roles or judges.GRADER not in roles:
+        return spec
+    factory, registry_name, _ = resolve_factory(spec)
+    if not judges.needs_grader(factory, registry_name, spec.params):
+        return spec
+    return ScorerSpec(spec.scorer, spec.params, spec.file, spec.name, spec.module,
+                      {judges.GRADER: dict(roles[judges.GRADER])})  # fmt: skip
+
+
+_TRUSTED_ROLES: set[str] = set()  # role bindings the user gave this process (JSON)
+
+
+def _check_roles(spec: ScorerSpec, factory: Any, registry_name: str, *, trusted: bool) -> None:
+    """A judge scorer has its grader bound; a binding a log or warehouse names (a URL the
+    judge's API key would be sent to) is used only when the user gave the same one here."""
+    if judges.needs_grader(factory, registry_name, spec.params) and judges.GRADER not in (
+        spec.roles or {}
+    ):
+        raise SpecError(
+            f"scorer {spec.shown()} grades with a judge and no grader model is given: add "
+            '[model_roles.grader] model = "..." to the config (or give the spec '
+            '"roles": {"grader": {"model": ...}}); gradebook never grades with the model under test'
+        )
+    for name, role in (spec.roles or {}).items():
+        if not isinstance(role, Mapping) or not isinstance(role.get("model"), str):
+            raise SpecError(f"scorer {spec.shown()}: role {name!r} needs a model string")
+        key = json.dumps({name: dict(role)}, sort_keys=True, default=str)
+        if trusted:
+            _TRUSTED_ROLES.add(key)
+        elif key not in _TRUSTED_ROLES:
+            raise SpecError(
+                f"scorer {spec.shown()} grades with the judge {role['model']} at "
+                f"{role.get('base_url') or 'its default URL'}, named by a log or warehouse, "
+                "which gradebook never calls on their word: pass the spec with its judge as "
+                "--verifier-module (`gradebook serve` passes its config's)"
+            )
 
 
 def _stored_name(registry_name: str) -> str:

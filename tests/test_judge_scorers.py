@@ -1,0 +1,324 @@
+"""Judge-graded scorers against a real local judge server: outages, re-judging, identity.
+
+The case gradebook is designed against: 6 samples, 2 answered wrong; the judge fails on 3
+samples holding both wrong answers (HTTP 500, 429, and a call that hangs past its timeout).
+Accuracy over the scored samples then reads 1.000, the truth is 0.667: the gate must fail on
+the unscored samples, and once the judge is back the watcher re-judges exactly those 3 from the
+saved transcripts, with the model under test never called again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import inspect_scorer_kit as kit
+import pytest
+
+from flows.mock_server import scripted_server
+from warehouse import Warehouse
+
+QUESTIONS = {1: "2+2", 2: "3+3", 3: "4+4", 4: "5+5", 5: "6+6", 6: "7+7"}
+TARGETS = {1: "4", 2: "6", 3: "8", 4: "10", 5: "12", 6: "14"}
+ANSWERS = {1: "5", 2: "7", 3: "8", 4: "10", 5: "12", 6: "14"}  # 1 and 2 are wrong
+FAILING = {1: 500, 2: 429, 3: "hang"}  # the judge fails on 1, 2 (both wrong) and 3
+
+TASK = textwrap.dedent(
+    """
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.solver import generate
+
+    QUESTIONS = {questions!r}
+    TARGETS = {targets!r}
+
+
+    @task
+    def sums():
+        return Task(
+            dataset=MemoryDataset([
+                Sample(id=i, input=f"Q{{i}}: what is {{q}}?", target=TARGETS[i])
+                for i, q in QUESTIONS.items()
+            ]),
+            solver=generate(),
+        )
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def _own_registry():
+    path = list(sys.path)
+    yield from kit.isolated_registry()
+    sys.path[:] = path
+
+
+class Judge:
+    """A scripted OpenAI-compatible judge: grades "[Submission]" against "[Criterion]", fails
+    the chosen questions while `down`, and records each request's question as it arrives."""
+
+    def __init__(self, verdict: str = "compare") -> None:
+        self.down = True
+        self.failing: dict[int, int | str] = dict(FAILING)
+        self.verdict = verdict
+        self.arrived: list[int] = []
+        self.back = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, model: str, messages: list[dict]) -> str | int:
+        text = str(messages[-1].get("content", ""))
+        question = int(re.search(r"Q(\d+):", text).group(1))
+        with self._lock:
+            self.arrived.append(question)
+        failure = self.failing.get(question) if self.down else None
+        if failure == "hang":
+            self.back.wait(30)  # past the judge's timeout; ends when the test says so
+            return 504
+        if failure is not None:
+            return int(failure)
+        if self.verdict == "none":
+            return "The submission looks reasonable to me."
+        submission = re.search(r"\[Submission\]: (.*)", text).group(1).strip()
+        criterion = re.search(r"\[Criterion\]: (.*)", text).group(1).strip()
+        if self.verdict == "always_c":
+            return "GRADE: C"
+        return "Reasoning done.\nGRADE: " + ("C" if submission == criterion else "I")
+
+    def recover(self) -> None:
+        self.down = False
+        self.back.set()
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.arrived)
+
+
+def _generator(model: str, messages: list[dict]) -> str:
+    question = int(re.search(r"Q(\d+):", str(messages[-1].get("content", ""))).group(1))
+    return ANSWERS[question]
+
+
+def _config(tmp_path: Path, gen_url: str, judge_url: str, judge_model: str = "j") -> dict:
+    task_file = tmp_path / "sums.py"
+    task_file.write_text(TASK.format(questions=QUESTIONS, targets=TARGETS))
+    return {
+        "name": "judged",
+        "log_dir": "logs",
+        "warehouse": "w.duckdb",
+        "models": [{"name": "m", "model": "openai-api/gen/m", "base_url": gen_url,
+                    "retry_on_error": 0}],
+        "tasks": [{"task": f"{task_file}@sums", "verifiers": ["model_graded_qa"]}],
+        "model_roles": {"grader": {
+            "model": f"openai-api/judge/{judge_model}", "base_url": judge_url,
+            # one layer of retries (Inspect's), short, so the outage test takes seconds
+            "args": {"max_retries": 0},
+            "config": {"max_retries": 1, "timeout": 2, "max_connections": 4},
+        }},
+        "gates": {"max_unscored_rate": 0.1, "max_regression": None},
+    }  # fmt: skip
+
+
+def _latest(db: Path, run_id: str) -> dict[str, tuple[str, float | None, str | None]]:
+    with Warehouse(db).read() as con:
+        rows = con.execute(
+            "SELECT sample_id, status, value, reason FROM latest_scores "
+            "WHERE run_id = ? AND scorer = 'model_graded_qa'",
+            [run_id],
+        ).fetchall()
+    return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+@pytest.fixture
+def servers(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GEN_API_KEY", "test")
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
+    judge = Judge()
+    with (
+        scripted_server(_generator, models=["m"]) as gen,
+        scripted_server(judge, models=["j", "j2"]) as judge_server,
+    ):
+        yield gen, judge, judge_server
+        judge.recover()  # no handler left waiting
+
+
+@pytest.mark.slow
+def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
+    prefect_api, tmp_path: Path, servers
+) -> None:
+    from flows.config import parse_config
+    from flows.gate import evaluate_gates
+    from flows.rescore import watch_verifiers
+    from flows.sweep import sweep_flow
+    from flows.verifier_specs import scorer_files
+
+    gen, judge, judge_server = servers
+    cfg = parse_config(
+        _config(tmp_path, gen.base_url, judge_server.base_url), source=tmp_path / "sweep.toml"
+    )
+    result = sweep_flow(cfg, workers=2, progress=False)
+    generated = gen.count()
+    assert generated == 6  # one generation per sample, nothing else ever reaches it
+    [row] = result.rows
+    run_id = row.run_id
+    # the outage: both wrong answers sit among the unscored samples
+    assert (row.scored, row.unscored, row.correct) == (3, 3, 3)
+    assert row.accuracy == pytest.approx(1.0)
+    assert row.accuracy_strict == pytest.approx(0.5)
+    assert row.unscored_reasons == {"grader_failed": 3}
+    assert row.gate == "fail"
+    latest = _latest(cfg.warehouse, run_id)
+    assert {s for s, (st, _, why) in latest.items() if why == "grader_failed"} == {"1", "2", "3"}
+    with Warehouse(cfg.warehouse).read() as con:
+        # the sweep's own retry pass tried once more while the judge was still down
+        attempts = dict(
+            con.execute(
+                "SELECT sample_id, max(attempt) FROM scores WHERE run_id = ? GROUP BY 1", [run_id]
+            ).fetchall()
+        )
+        why = con.execute(
+            "SELECT explanation, metadata FROM latest_scores WHERE run_id = ? AND sample_id = '1'",
+            [run_id],
+        ).fetchone()
+    assert attempts == {"1": 2, "2": 2, "3": 2, "4": 1, "5": 1, "6": 1}
+    assert "500" in why[0]
+    evidence = json.loads(why[1])["judge"]
+    assert evidence and evidence[-1]["error"] and evidence[-1]["model"] == "openai-api/judge/j"
+    [gate] = evaluate_gates(cfg.warehouse, [run_id], rules=cfg.gates)
+    assert gate.verdict == "fail"
+    assert [r.rule for r in gate.results if r.passed is False] == ["max_unscored_rate"]
+
+    # the judge is back: the watcher's health check passes and it re-judges
+    judge.recover()
+    before = judge.count()
+    watched = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=2)
+    assert sorted(judge.arrived[before:]) == [1, 2, 3]  # exactly those 3 re-judged
+    assert watched.retry.retried == 3
+    latest = _latest(cfg.warehouse, run_id)
+    assert all(st == "scored" for st, _, _ in latest.values())
+    assert sum(v for _, v, _ in latest.values()) == 4  # 0.667 of 6
+    [gate] = evaluate_gates(cfg.warehouse, [run_id], rules=cfg.gates)
+    assert gate.verdict == "pass"
+    with Warehouse(cfg.warehouse).read() as con:
+        kept = con.execute(
+            "SELECT sample_id, attempt, status, reason FROM scores WHERE run_id = ? "
+            "AND sample_id IN ('1', '2', '3') ORDER BY 1, 2",
+            [run_id],
+        ).fetchall()
+        metrics = con.execute(
+            "SELECT accuracy, accuracy_strict FROM run_metrics WHERE run_id = ?", [run_id]
+        ).fetchone()
+        usage = con.execute(
+            "SELECT calls, failed_calls, input_tokens, output_tokens FROM judge_usage "
+            "WHERE run_id = ?",
+            [run_id],
+        ).fetchone()
+    # every attempt kept: two grader_failed rows, then the verdict
+    assert [(s, a, st, r) for s, a, st, r in kept if a < 3] == [
+        (s, a, "unscored", "grader_failed") for s in ("1", "2", "3") for a in (1, 2)
+    ]
+    assert [(s, st) for s, a, st, _ in kept if a == 3] == [(s, "scored") for s in "123"]
+    assert metrics[0] == pytest.approx(4 / 6) and metrics[1] == pytest.approx(4 / 6)
+    calls, failed, tokens_in, tokens_out = usage
+    assert calls >= 6 + 6 and failed >= 6 and tokens_in > 0 and tokens_out > 0
+    # nothing left to re-judge: the next tick calls nobody
+    before = judge.count()
+    again = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=2)
+    assert again.retry.retried == 0 and judge.count() == before
+    assert gen.count() == generated  # the model under test was never called again
+
+
+@pytest.mark.slow
+def test_a_reply_with_no_verdict_is_unscored_and_not_retried(
+    prefect_api, tmp_path: Path, servers
+) -> None:
+    from flows.config import parse_config
+    from flows.rescore import watch_verifiers
+    from flows.sweep import sweep_flow
+    from flows.verifier_specs import scorer_files
+
+    gen, judge, judge_server = servers
+    judge.recover()
+    judge.verdict = "none"
+    cfg = parse_config(
+        _config(tmp_path, gen.base_url, judge_server.base_url), source=tmp_path / "sweep.toml"
+    )
+    [row] = sweep_flow(cfg, workers=1, progress=False).rows
+    assert row.unscored_reasons == {"verdict_unparseable": 6}
+    assert judge.count() == 6  # the sweep's retry pass left them alone
+    watched = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=1)
+    assert watched.retry.retried == 0 and judge.count() == 6
+    with Warehouse(cfg.warehouse).read() as con:
+        explanation, metadata = con.execute(
+            "SELECT explanation, metadata FROM latest_scores WHERE run_id = ? LIMIT 1",
+            [row.run_id],
+        ).fetchone()
+    assert "Grade not found" in explanation
+    [call] = json.loads(metadata)["judge"]  # the reply is kept: a new parser needs no call
+    assert call["reply"] == "The submission looks reasonable to me."
+    assert "[Submission]" in call["prompt"][-1]["content"] and call["usage"]["total_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_swapping_the_judge_is_a_new_verifier_version_rescored_with_flips(
+    prefect_api, tmp_path: Path, servers
+) -> None:
+    from flows.config import parse_config
+    from flows.rescore import watch_verifiers
+    from flows.sweep import sweep_flow
+    from flows.verifier_specs import scorer_files
+    from scorers.identity.fingerprint import fingerprint
+    from scorers.registry import get_verifier
+
+    gen, judge, judge_server = servers
+    judge.recover()
+    judge.verdict = "always_c"  # a lenient judge: every answer passes
+    raw = _config(tmp_path, gen.base_url, judge_server.base_url)
+    cfg = parse_config(raw, source=tmp_path / "sweep.toml")
+    [row] = sweep_flow(cfg, workers=1, progress=False).rows
+    assert row.accuracy == pytest.approx(1.0)
+    old = fingerprint(get_verifier("model_graded_qa")).digest
+
+    # the team swaps in a stricter judge model: a new process sees a new verifier version
+    judge.verdict = "compare"
+    for _ in kit.isolated_registry():
+        raw["model_roles"]["grader"]["model"] = "openai-api/judge/j2"
+        swapped = parse_config(raw, source=tmp_path / "sweep.toml")
+        new = fingerprint(get_verifier("model_graded_qa")).digest
+        assert new != old
+        before = judge.count()
+        watched = watch_verifiers(str(swapped.warehouse), scorer_files(swapped), workers=1)
+        assert judge.count() - before == 6
+        [plan] = watched.rescored
+        assert plan.scorer == "model_graded_qa"
+        flipped = {(f["sample_id"], f["old_value"], f["new_value"]) for f in plan.flips}
+        assert flipped == {("1", 1.0, 0.0), ("2", 1.0, 0.0)}
+    assert gen.count() == 6
+
+
+def test_a_judge_scorer_without_a_grader_is_a_one_line_config_error(tmp_path: Path) -> None:
+    from flows.config import ConfigError, parse_config
+
+    raw = _config(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1")
+    del raw["model_roles"]
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, source=tmp_path / "sweep.toml")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "tasks[0]" in message and "model_roles.grader" in message
+
+
+def test_a_judge_a_warehouse_names_is_not_called_on_its_word(tmp_path: Path) -> None:
+    from scorers.inspect_scorers.specs import SpecError, resolve, spec_of
+
+    spec = {
+        "kind": "registry", "scorer": "model_graded_qa", "params": {},
+        "roles": {"grader": {"model": "openai-api/judge/j", "base_url": "http://evil:1/v1"}},
+    }  # fmt: skip
+    with pytest.raises(SpecError, match="never calls on their word"):
+        resolve(spec_of(spec), trusted=False)
+    assert resolve(spec_of(spec), trusted=True).name == "model_graded_qa"
+    assert resolve(spec_of(spec), trusted=False).name == "model_graded_qa"  # the user's own
