@@ -16,6 +16,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import cli_kit
 import inspect_scorer_kit as kit
 import pytest
 
@@ -267,11 +268,7 @@ def test_swapping_the_judge_is_a_new_verifier_version_rescored_with_flips(
     prefect_api, tmp_path: Path, servers
 ) -> None:
     from flows.config import parse_config
-    from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
-    from flows.verifier_specs import scorer_files
-    from scorers.identity.fingerprint import fingerprint
-    from scorers.registry import get_verifier
 
     gen, judge, judge_server = servers
     judge.recover()
@@ -280,22 +277,32 @@ def test_swapping_the_judge_is_a_new_verifier_version_rescored_with_flips(
     cfg = parse_config(raw, source=tmp_path / "sweep.toml")
     [row] = sweep_flow(cfg, workers=1, progress=False).rows
     assert row.accuracy == pytest.approx(1.0)
-    old = fingerprint(get_verifier("model_graded_qa")).digest
 
-    # the team swaps in a stricter judge model: a new process sees a new verifier version
+    # the team swaps in a stricter judge model: the next process sees a new verifier version
     judge.verdict = "compare"
-    for _ in kit.isolated_registry():
-        raw["model_roles"]["grader"]["model"] = "openai-api/judge/j2"
-        swapped = parse_config(raw, source=tmp_path / "sweep.toml")
-        new = fingerprint(get_verifier("model_graded_qa")).digest
-        assert new != old
-        before = judge.count()
-        watched = watch_verifiers(str(swapped.warehouse), scorer_files(swapped), workers=1)
-        assert judge.count() - before == 6
-        [plan] = watched.rescored
-        assert plan.scorer == "model_graded_qa"
-        flipped = {(f["sample_id"], f["old_value"], f["new_value"]) for f in plan.flips}
-        assert flipped == {("1", 1.0, 0.0), ("2", 1.0, 0.0)}
+    spec = json.loads(json.dumps(cfg.tasks[0].verifiers[0]))
+    spec["roles"]["grader"]["model"] = "openai-api/judge/j2"
+    before = judge.count()
+    env = cli_kit.shell_env(tmp_path / "home", api_url=prefect_api)
+    ran = cli_kit.gradebook(
+        "rescore", "--db", str(cfg.warehouse), "--verifier-module", json.dumps(spec),
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.code == 0, ran.stderr
+    assert judge.count() - before == 6  # every sample judged again by the new judge
+    assert ran.stdout.count("flip model_graded_qa") == 2, ran.stdout
+    with Warehouse(cfg.warehouse).read() as con:
+        versions = con.execute(
+            "SELECT count(DISTINCT fingerprint) FROM scores WHERE scorer = 'model_graded_qa'"
+        ).fetchone()[0]
+        flips = con.execute(
+            "SELECT sample_id, old_value, new_value FROM grade_flips "
+            "WHERE scorer = 'model_graded_qa' ORDER BY 1"
+        ).fetchall()
+        models = con.execute("SELECT judge_models FROM judge_usage ORDER BY calls").fetchall()
+    assert versions == 2
+    assert flips == [("1", 1.0, 0.0), ("2", 1.0, 0.0)]
+    assert sorted(m[0][0] for m in models) == ["openai-api/judge/j", "openai-api/judge/j2"]
     assert gen.count() == 6
 
 
