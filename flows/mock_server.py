@@ -19,8 +19,9 @@ from typing import Any
 
 __all__ = ["Script", "ScriptedServer", "scripted_server"]
 
-# (model name, chat messages as sent) -> reply text, or an HTTP status code to fail with
-Script = Callable[[str, list[dict[str, Any]]], "str | int"]
+# (model name, chat messages as sent) -> reply text, an HTTP status code to fail with, or bytes
+# to send as the body of a 200 (a server answering garbage)
+Script = Callable[[str, list[dict[str, Any]]], "str | int | bytes"]
 
 
 @dataclass
@@ -81,6 +82,14 @@ def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
                 detail = f"script raised {exc!r}"
             else:
                 detail = f"scripted HTTP {reply}"
+            if isinstance(reply, bytes):  # a broken server: this body, as it is, with a 200
+                server.record(model, 200)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+                return
             if isinstance(reply, int):
                 server.record(model, reply)
                 self._send(reply, {"error": {"message": detail, "type": "server_error"}})
@@ -114,16 +123,20 @@ def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
 
 
 @contextmanager
-def scripted_server(script: Script, *, models: list[str] | None = None) -> Iterator[ScriptedServer]:
-    """Serve `script` on 127.0.0.1 (a free port) for the duration of the block.
+def scripted_server(
+    script: Script, *, models: list[str] | None = None, port: int = 0
+) -> Iterator[ScriptedServer]:
+    """Serve `script` on 127.0.0.1 for the duration of the block.
 
     Args:
         script: answers each chat request; return a string to reply, an int to fail with that
             HTTP status.
         models: ids listed by GET /v1/models.
+        port: the port (0: a free one); a server stopped and started again on its port is the
+            same URL, as a restarted model server is.
     """
     state = ScriptedServer(base_url="")
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script, state, models or []))
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(script, state, models or []))
     httpd.daemon_threads = True
     state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     thread = threading.Thread(target=httpd.serve_forever, name="scripted-llm", daemon=True)

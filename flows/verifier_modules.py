@@ -120,6 +120,11 @@ def load_warehouse_scorers(db: str | Path) -> list[str]:
     return loaded
 
 
+def recorded_spec_entries(db: str | Path) -> list[dict]:
+    """The Inspect scorer specs (registry kind) the warehouse records, as JSON entries."""
+    return [s for s in _recorded_specs(db).values() if s.get("kind") == "registry"]
+
+
 def _recorded_specs(db: str | Path) -> dict[str, dict]:
     import duckdb
 
@@ -142,6 +147,12 @@ def how_to_load(
     spec = (specs or {}).get(name) or {}
     if spec.get("kind") == "file":
         return f"pass --verifier-module {spec.get('file')}@{spec.get('scorer')} (the scorer file)"
+    if spec.get("kind") == "registry" and spec.get("roles"):
+        return (
+            f"it is the judge-graded scorer {spec.get('scorer')!r}, whose judge gradebook calls "
+            "only on your word: pass --verifier-module with its spec (JSON, from "
+            f"`gradebook sql \"SELECT spec FROM verifiers WHERE name = '{name}'\"`)"
+        )
     if spec.get("kind") == "registry":
         return (
             f"it is the Inspect scorer {spec.get('scorer')!r}, which does not resolve here: "

@@ -160,6 +160,7 @@ def isolated_registry() -> Iterator[None]:
     from scorers import registry
     from scorers.inspect_scorers import specs
 
+    registry.all_verifiers()  # the built-ins are loaded once per process: keep them
     verifiers, by_key = dict(registry._VERIFIERS), dict(specs._BY_KEY)
     try:
         yield

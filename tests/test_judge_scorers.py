@@ -117,7 +117,7 @@ def _config(tmp_path: Path, gen_url: str, judge_url: str, judge_model: str = "j"
             "model": f"openai-api/judge/{judge_model}", "base_url": judge_url,
             # one layer of retries (Inspect's), short, so the outage test takes seconds
             "args": {"max_retries": 0},
-            "config": {"max_retries": 1, "timeout": 2, "max_connections": 4},
+            "config": {"max_retries": 1, "attempt_timeout": 2, "max_connections": 4},
         }},
         "gates": {"max_unscored_rate": 0.1, "max_regression": None},
     }  # fmt: skip
@@ -148,19 +148,42 @@ def servers(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.slow
 def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
-    prefect_api, tmp_path: Path, servers
+    prefect_api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from flows.config import parse_config
-    from flows.gate import evaluate_gates
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
     from flows.verifier_specs import scorer_files
 
-    gen, judge, judge_server = servers
-    cfg = parse_config(
-        _config(tmp_path, gen.base_url, judge_server.base_url), source=tmp_path / "sweep.toml"
-    )
-    result = sweep_flow(cfg, workers=2, progress=False)
+    monkeypatch.setenv("GEN_API_KEY", "test")
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
+    judge = Judge()
+    with scripted_server(_generator, models=["m"]) as gen:
+        with scripted_server(judge, models=["j"]) as judge_server:
+            try:
+                cfg = parse_config(
+                    _config(tmp_path, gen.base_url, judge_server.base_url),
+                    source=tmp_path / "sweep.toml",
+                )
+                result = sweep_flow(cfg, workers=2, progress=False)
+                _check_the_outage(cfg, result, gen, judge)
+            finally:
+                judge.recover()  # no handler left waiting
+        # the judge's server is down: its health check fails, the watcher waits, calls nobody
+        before = judge.count()
+        waiting = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=2)
+        assert waiting.retry.retried == 0 and waiting.retry.waiting_for_judge == 3
+        assert "connection refused" in waiting.retry.judge_down["model_graded_qa"]
+        assert judge.count() == before
+        port = int(judge_server.base_url.rsplit(":", 1)[1].split("/")[0])
+        with scripted_server(judge, models=["j"], port=port):  # back, at the same URL
+            _check_the_rejudging(cfg, result.rows[0].run_id, judge)
+        assert gen.count() == 6  # the model under test was never called again
+
+
+def _check_the_outage(cfg, result, gen, judge) -> None:
+    from flows.gate import evaluate_gates
+
     generated = gen.count()
     assert generated == 6  # one generation per sample, nothing else ever reaches it
     [row] = result.rows
@@ -192,8 +215,13 @@ def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
     assert gate.verdict == "fail"
     assert [r.rule for r in gate.results if r.passed is False] == ["max_unscored_rate"]
 
+
+def _check_the_rejudging(cfg, run_id: str, judge: Judge) -> None:
+    from flows.gate import evaluate_gates
+    from flows.rescore import watch_verifiers
+    from flows.verifier_specs import scorer_files
+
     # the judge is back: the watcher's health check passes and it re-judges
-    judge.recover()
     before = judge.count()
     watched = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=2)
     assert sorted(judge.arrived[before:]) == [1, 2, 3]  # exactly those 3 re-judged
@@ -229,7 +257,6 @@ def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
     before = judge.count()
     again = watch_verifiers(str(cfg.warehouse), scorer_files(cfg), workers=2)
     assert again.retry.retried == 0 and judge.count() == before
-    assert gen.count() == generated  # the model under test was never called again
 
 
 @pytest.mark.slow
@@ -329,3 +356,126 @@ def test_a_judge_a_warehouse_names_is_not_called_on_its_word(tmp_path: Path) -> 
         resolve(spec_of(spec), trusted=False)
     assert resolve(spec_of(spec), trusted=True).name == "model_graded_qa"
     assert resolve(spec_of(spec), trusted=False).name == "model_graded_qa"  # the user's own
+
+
+@pytest.mark.slow
+def test_score_and_rescore_take_the_judge_as_model_role(
+    prefect_api, tmp_path: Path, servers
+) -> None:
+    """A log whose task scored with `model_graded_qa`, scored later without a config: the
+    judge comes from `--model-role`, as in Inspect's CLI; never from the log."""
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.model import get_model
+    from inspect_ai.scorer import model_graded_qa
+    from inspect_ai.solver import generate
+
+    _, judge, judge_server = servers
+    judge.recover()
+    task = Task(
+        dataset=MemoryDataset(
+            [
+                Sample(id=i, input=f"Q{i}: what is {q}?", target=TARGETS[i])
+                for i, q in QUESTIONS.items()
+            ]  # fmt: skip
+        ),
+        solver=generate(),
+        scorer=model_graded_qa(),
+    )
+    answers = [ANSWERS[i] for i in sorted(ANSWERS)]
+    model = get_model("mockllm/model", custom_outputs=kit.scripted_outputs(answers))
+    [log] = inspect_eval(task, model=model, log_dir=str(tmp_path / "logs"), score=False,
+                         display="none")  # fmt: skip
+    db = tmp_path / "w.duckdb"
+    env = cli_kit.shell_env(
+        tmp_path / "home", api_url=prefect_api,
+        JUDGE_BASE_URL=judge_server.base_url, JUDGE_API_KEY="test",
+    )  # fmt: skip
+
+    no_judge = cli_kit.gradebook("score", log.location, "--db", str(db), env=env, cwd=tmp_path)
+    assert no_judge.code == 2 and len(no_judge.stderr_lines) == 1, no_judge.stderr
+    assert "--model-role grader=MODEL" in no_judge.stderr and judge.count() == 0
+
+    bad = cli_kit.gradebook("score", log.location, "--db", str(db), "--model-role", "grader",
+                            env=env, cwd=tmp_path)  # fmt: skip
+    assert bad.code == 2 and len(bad.stderr_lines) == 1 and "ROLE=MODEL" in bad.stderr
+
+    ran = cli_kit.gradebook(
+        "score", log.location, "--db", str(db), "--model-role", "grader=openai-api/judge/j",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.code == 0, ran.stderr
+    assert judge.count() == 6
+    with Warehouse(db).read() as con:
+        got = con.execute(
+            "SELECT count(*), sum(value) FROM latest_scores WHERE scorer = 'model_graded_qa' "
+            "AND status = 'scored'"
+        ).fetchone()
+    assert got == (6, 4.0)
+
+    # the same judge again: nothing to do, no call
+    again = cli_kit.gradebook(
+        "rescore", "--db", str(db), "--model-role", "grader=openai-api/judge/j",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert again.code == 0 and judge.count() == 6, again.stdout + again.stderr
+    # another judge model: a new verifier version, every sample judged again
+    swapped = cli_kit.gradebook(
+        "rescore", "--db", str(db), "--model-role", 'grader={"model": "openai-api/judge/j2"}',
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert swapped.code == 0, swapped.stderr
+    assert judge.count() == 12
+
+
+@pytest.mark.parametrize(
+    "failure, cause",
+    [
+        (500, "500"),
+        (429, "429"),
+        ("hang", "imeout"),
+        (b"{not json", ""),
+        ("refused", "Connection"),
+    ],
+)
+def test_every_way_a_judge_call_fails_is_grader_failed(
+    failure: object, cause: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a grading process: 5xx, 429, a call past its timeout, a 200 whose body is not a
+    completion, and a refused connection all leave the sample `grader_failed`, with the call's
+    error kept; the other samples of the chunk are judged."""
+    from scorers.inspect_scorers.grading import InspectGrade
+
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
+    judge = Judge()
+    judge.failing = {1: failure if failure != "refused" else 500}
+    with scripted_server(judge, models=["j"]) as server:
+        url = server.base_url
+        if failure == "refused":
+            url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
+        spec = {
+            "kind": "registry", "scorer": "model_graded_qa", "params": {},
+            "roles": {"grader": {"model": "openai-api/judge/j", "base_url": url,
+                                 "args": {"max_retries": 0},
+                                 "config": {"max_retries": 1, "attempt_timeout": 1}}},
+        }  # fmt: skip
+        rows = [
+            (ANSWERS[i], [TARGETS[i]], "{}", str(i),
+             json.dumps({"messages": [], "input": f"Q{i}: what is {QUESTIONS[i]}?",
+                         "model": "openai-api/gen/m", "epoch": 1}))
+            for i in (1, 4)
+        ]  # fmt: skip
+        try:
+            results = InspectGrade(json.dumps(spec)).grade_rows(rows, 30.0)
+        finally:
+            judge.recover()
+    (status, _, _, explanation, reason, meta, _), second = results
+    assert (status, reason) == ("unscored", "grader_failed"), explanation
+    assert cause in explanation
+    calls = json.loads(meta)["judge"]
+    assert calls and calls[-1]["error"] and calls[-1]["reply"] is None
+    if failure == "refused":
+        assert second[4] == "grader_failed"
+    else:
+        assert second[:2] == ("scored", 1.0)

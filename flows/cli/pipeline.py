@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from flows.model_roles import ModelRoleOption
 from flows.runtime.console import console, err_console, quiet_prefect
 from flows.verifier_modules import ModulesOption
 
@@ -195,6 +196,25 @@ def _rule_text(rule: Any) -> str:
     return str(detail) if detail else str(rule)
 
 
+def _with_judges(modules: list[str] | None, roles: list[str], entries: list) -> list[str]:
+    """`--verifier-module`s plus the judge scorers among `entries` with `--model-role` bound
+    (flows.model_roles); none of them a judge is one line (exit 2)."""
+    from flows.model_roles import bindings, judge_specs
+
+    try:
+        bound = bindings(roles)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    specs = judge_specs(entries, bound)
+    if not specs:
+        raise _fail(
+            f"--model-role {roles[0]}: no judge-graded scorer here to bind it to (the verifiers "
+            "given, or those the logs or warehouse name); drop it, or pass --verifier "
+            "model_graded_qa"
+        )
+    return [*(modules or []), *specs]
+
+
 def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> None:
     """Import the verifier modules the user named (and the Inspect scorers the warehouse
     records by registry name), then check every verifier asked for is loaded or is an Inspect
@@ -322,6 +342,7 @@ def score(
     ] = None,
     retry_unscored: RetryOption = False,
     verifier_module: ModulesOption = None,
+    model_role: ModelRoleOption = None,
     lock_timeout: LockTimeoutOption = None,
     verbose: VerboseOption = False,
 ) -> None:
@@ -330,6 +351,15 @@ def score(
     if missing:
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
     _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
+    if model_role:
+        from flows.model_roles import log_entries
+        from warehouse.logs import LogReadError, expand_log_paths
+
+        try:
+            entries = verifier or log_entries(expand_log_paths(logs))
+        except LogReadError as exc:
+            raise _fail(str(exc)) from None
+        verifier_module = _with_judges(verifier_module, model_role, entries)
     # decided from the warehouse before Prefect or Inspect are loaded: a no-op costs ~ `sql`
     if scored_logs is None and all(p.is_file() for p in logs):
         from flows.nothing_to_do import nothing_to_score
@@ -404,16 +434,19 @@ def rescore(
     workers: WorkersOption = None,
     retry_unscored: RetryOption = False,
     verifier_module: ModulesOption = None,
+    model_role: ModelRoleOption = None,
     lock_timeout: LockTimeoutOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
     from flows.rescore_plan import plan_rescore, record_current
-    from flows.verifier_modules import unloaded_verifiers
+    from flows.verifier_modules import recorded_spec_entries, unloaded_verifiers
 
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
     _check_warehouse(db)
+    if model_role:
+        verifier_module = _with_judges(verifier_module, model_role, recorded_spec_entries(db))
     _load_verifiers(verifier_module, scorer or [], db)
     # planned from the warehouse first: with nothing to do, no flow run (and no Prefect) at all
     plans = _no_op(lambda: plan_rescore(db, scorer, retry_unscored=retry_unscored)) or []
@@ -429,7 +462,7 @@ def rescore(
             lambda: rescore_flow(
                 str(db),
                 scorer,
-                verifier_modules=list(verifier_module or []),
+                verifier_modules=list(verifier_module or []),  # --model-role's judges too
                 workers=workers,
                 retry_unscored=retry_unscored,
             ),

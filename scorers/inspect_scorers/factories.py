@@ -78,10 +78,13 @@ class ScorerSpec:
             roles=dict(data.get("roles") or {}),
         )
 
-    def key(self) -> str:
-        """Identity of the spec (what was asked for; `module` is derived)."""
+    def key(self, *, roles: bool = True) -> str:
+        """Identity of the spec (what was asked for; `module` is derived); `roles=False`:
+        the scorer whatever model its roles are bound to."""
         out = self.to_json()
         out.pop("module", None)
+        if not roles:
+            out.pop("roles", None)
         return json.dumps(out, sort_keys=True, default=str)
 
     def shown(self) -> str:

@@ -169,6 +169,14 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
     known = _BY_KEY.get(key)
     if known is not None:
         return known
+    if not spec.roles or not trusted:
+        # a judge scorer named bare (`--verifier model_graded_qa`), or by a log or warehouse,
+        # is the one the user bound a judge to here (a config's, or --model-role's)
+        bare = spec.key(roles=False)
+        for found in all_verifiers().values():
+            if found.spec and found.spec.get("roles"):
+                if ScorerSpec.from_json(found.spec).key(roles=False) == bare:
+                    return found
     if spec.file and not trusted and spec.file not in TRUSTED_FILES:
         raise SpecError(
             f"scorer {spec.scorer!r} is defined in {spec.file}, which gradebook never imports "
@@ -249,8 +257,8 @@ def _check_roles(spec: ScorerSpec, factory: Any, registry_name: str, *, trusted:
     ):
         raise SpecError(
             f"scorer {spec.shown()} grades with a judge and no grader model is given: add "
-            '[model_roles.grader] model = "..." to the config (or give the spec '
-            '"roles": {"grader": {"model": ...}}); gradebook never grades with the model under test'
+            '[model_roles.grader] model = "..." to the config, or pass --model-role '
+            "grader=MODEL; gradebook never grades with the model under test"
         )
     for name, role in (spec.roles or {}).items():
         if not isinstance(role, Mapping) or not isinstance(role.get("model"), str):
