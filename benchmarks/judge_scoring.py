@@ -22,14 +22,17 @@ Rows:
     model (`openai-api/gen/gen`) is pointed at it, so a call to the model under test would be
     counted, not refused.
 
-Both sides must agree: every sample scored, and the accuracy gradebook stores equals the one
-`inspect score` writes into its log, or the run stops. The judge's verdict is a function of
+Both sides must agree, or the run stops: `inspect score` scores every sample, so does gradebook
+when the judge does not fail, and both find as many correct answers. The judge's verdict is a function of
 the prompt (C when the submission holds the criterion), so it is the same on both sides.
 
 The servers (flows/mock_server.py) run in this script's process; the measured commands are
 subprocesses, so neither shares a GIL with them. The log (a QA task of distinct arithmetic
 questions, 80% answered right, generated with a real `eval()` against the generation server)
 is cached in .bench/ (gitignored).
+
+--quick: 150 samples, the failure-mode pair only (its three rows), a smoke run under a minute.
+docs/benchmarks/judge-scoring.md has the latest table.
 """
 
 from __future__ import annotations
@@ -166,15 +169,14 @@ def build_log(n: int) -> Path:
     if path.exists():
         return path
     import shutil
+    from unittest.mock import patch
 
     from inspect_ai import eval as inspect_eval
 
     CACHE.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     with servers(failing=False) as (judge, gen), tempfile.TemporaryDirectory() as tmp:
-        saved = {k: os.environ.get(k) for k in ("GEN_BASE_URL", "GEN_API_KEY")}
-        os.environ.update(GEN_BASE_URL=gen.base_url, GEN_API_KEY="bench")
-        try:
+        with patch.dict(os.environ, GEN_BASE_URL=gen.base_url, GEN_API_KEY="bench"):
             (log,) = inspect_eval(
                 _task(n),
                 model=GENERATOR,
@@ -184,9 +186,6 @@ def build_log(n: int) -> Path:
                 max_connections=64,
                 max_samples=256,
             )
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         errors = [s.error.message for s in log.samples or [] if s.error]
         if log.status != "success" or len(log.samples or []) != n or errors:
             raise SystemExit(f"generating the log failed: {log.status}, errors {errors[:1]}")
