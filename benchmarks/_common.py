@@ -47,8 +47,12 @@ def stage_args(description: str, quick_help: str, quick_n: int, full_n: int = 20
 
 def use_bench_prefect(cache: Path) -> None:
     """Flows run against a local server whose home is under `cache`, so its database is
-    migrated once (like a user's), and never against a server the environment points at."""
+    migrated once (like a user's), and never against a server the environment points at.
+    gradebook's own cache (the installed distributions a fingerprint names) is under `cache`
+    too: the shared ~/.cache/gradebook is rewritten by every other checkout's runs, so each
+    run would pay the scan a user's second command does not."""
     os.environ["PREFECT_HOME"] = str(cache / "prefect-home")
+    os.environ["GRADEBOOK_CACHE_DIR"] = str(cache / "gradebook-cache")
     os.environ.pop("PREFECT_API_URL", None)
 
 

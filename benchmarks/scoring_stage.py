@@ -7,7 +7,13 @@ Rows:
     its ingest step is the idempotent no-op; ingest is timed as its own row) in samples/s,
     against (a) a bare single-process loop calling `is_correct` on the already-extracted answers
     (bar: >= 1.5x on 2 cores) and (b) `inspect_ai.score()` with the same math scorer on the same
-    log (bar: >= 3x).
+    log (bar: >= 3x). Above 20,000 samples the bare loop grades the 20,000-sample log's
+    pairs once per epoch (the same pairs as the big log's), and the inspect score anchor is
+    timed on the 20,000-sample log (the big one's first epoch) and compared per sample: on the
+    whole log it would take hours; --quick times it on the log's first 200 samples, per sample.
+  - peak RSS of the score flow's process tree: the flow's process plus every grading worker,
+    zygote and sympy worker it starts, polled from /proc during the flow run (bar: <= 1.5 GB).
+    The anchors run in a process of their own, so what they read does not count here.
   - CPU scaling: N busy processes at once against one alone, measured in the same run. It is
     the ceiling for any N-worker speed-up on this machine at that moment (2.0 on two idle
     cores; a shared VM gives less), so the flow row can be read against it.
@@ -18,26 +24,36 @@ Rows:
 
 The log is generated once with mockllm (a scripted mix of right and wrong answers over the
 bundled math problems, which cover integers, fractions, radicals, sets, matrices...) and cached
-in .bench/ (gitignored).
+in .bench/ (gitignored). Above 20,000 samples (`--samples 200000`: a multiple of 20,000) it is
+the 20,000-sample log's samples repeated as epochs 1..N of a new run, written with Inspect's
+own `.eval` recorder and read back with its reader: the same mix of right and wrong, without
+a mockllm eval of every sample (most of an hour for 200,000 here).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
 
 from _common import Row, emit, stage_args, use_bench_prefect  # noqa: E402
+from _tree_rss import TreeRss  # noqa: E402
 
 CACHE = ROOT / ".bench"
+T = TypeVar("T")
+RSS_BAR_BYTES = 1.5e9
 
 
 def _task(n: int):
@@ -83,10 +99,18 @@ def _outputs():
     return outputs
 
 
+# Above this many samples the log is this size's log run for several epochs: generating with
+# mockllm costs ~12 ms a sample, and the repeats keep this log's exact mix of right and wrong.
+GENERATED_MAX = 20_000
+INSPECT_QUICK = 200  # --quick: inspect score on this many samples (it grades ~30x slower)
+
+
 def build_log(n: int) -> Path:
     path = CACHE / f"math_{n}.eval"
     if path.exists():
         return path
+    if n > GENERATED_MAX:
+        return _epochs_log(build_log(GENERATED_MAX), n // GENERATED_MAX, path)
     from inspect_ai import eval as inspect_eval
 
     CACHE.mkdir(exist_ok=True)
@@ -108,35 +132,147 @@ def build_log(n: int) -> Path:
     return path
 
 
-def bare_loop(log: Path) -> tuple[float, int]:
+def _epochs_log(template: Path, epochs: int, path: Path) -> Path:
+    """`template`'s samples as epochs 1..`epochs` of a new run, written with the recorder
+    Inspect's `eval()` and `write_eval_log` write with, then read back with Inspect's reader."""
+    import asyncio
+
+    from inspect_ai.log import read_eval_log, read_eval_log_sample
+
+    t0 = time.perf_counter()
+    log = read_eval_log(str(template))
+    base = log.samples or []
+    n = len(base) * epochs
+    spec = log.eval.model_copy(
+        update={
+            "eval_id": _uuid(),
+            "run_id": _uuid(),
+            "config": log.eval.config.model_copy(update={"epochs": epochs}),
+        }
+    )
+    update: dict[str, Any] = {"eval": spec, "samples": None, "location": None}
+    if log.results is not None:
+        update["results"] = log.results.model_copy(
+            update={"total_samples": n, "completed_samples": n}
+        )
+    if log.stats is not None:
+        usage = {
+            m: u.model_copy(
+                update={k: getattr(u, k) * epochs
+                        for k in ("input_tokens", "output_tokens", "total_tokens")}
+            )
+            for m, u in log.stats.model_usage.items()
+        }  # fmt: skip
+        update["stats"] = log.stats.model_copy(update={"model_usage": usage})
+    header = log.model_copy(update=update)
+    # shallow copies, made as they are written: messages, output and events are shared
+    samples = (
+        s.model_copy(update={"epoch": epoch, "uuid": _uuid()})
+        for epoch in range(1, epochs + 1)
+        for s in base
+    )
+    tmp = path.with_name(f".{path.stem}.partial.eval")
+    asyncio.run(_record(header, samples, tmp))
+    # Inspect's reader accepts it: the header, and a sample of the last epoch
+    read = read_eval_log(str(tmp), header_only=True)
+    last = read_eval_log_sample(str(tmp), base[-1].id, epochs)
+    if read.eval.config.epochs != epochs or last.output.completion != base[-1].output.completion:
+        raise SystemExit(f"{tmp}: Inspect reads back another log than was written")
+    tmp.replace(path)
+    print(f"wrote {n} samples ({len(base)} x {epochs} epochs) in {time.perf_counter() - t0:.0f}s"
+          f" -> {path}")  # fmt: skip
+    return path
+
+
+def _uuid() -> str:
+    from shortuuid import uuid
+
+    return uuid()
+
+
+async def _record(header: Any, samples: Iterable[Any], path: Path) -> None:
+    """What `write_eval_log` does (Inspect's `.eval` recorder: the zip members, summaries and
+    header that `eval()` writes), for samples that come from a log: already condensed, and
+    each (id, epoch) given once. The recorder's own `log_sample` searches its whole buffer for
+    an earlier record of the same sample on every call, which is quadratic in the samples
+    buffered (hours for 200,000 at once); here they go into its buffer directly, written out
+    every 20,000."""
+    from inspect_ai.log._recorders.eval import EvalRecorder, _BufferedSample
+
+    spec = header.eval
+    recorder = EvalRecorder(str(path.parent))
+    await recorder.log_init(spec, str(path), clean=True)
+    await recorder.log_start(spec, header.plan)
+    (zip_log,) = recorder.data.values()
+    for i, sample in enumerate(samples, 1):
+        zip_log._samples.append(_BufferedSample(sample=sample, summary=sample.summary()))
+        if i % 20_000 == 0:
+            await zip_log.write_buffered_samples()
+    await recorder.log_finish(
+        spec, header.status, header.stats, header.results, header.reductions, header.error,
+        invalidated=header.invalidated, log_updates=header.log_updates,
+        config_updates=header.config_updates,
+    )  # fmt: skip
+
+
+def _read(log: Path) -> tuple[Any, float]:
+    """The log as Inspect's reader returns it, and the seconds the read took."""
     from inspect_ai.log import read_eval_log
 
+    t0 = time.perf_counter()
+    read = read_eval_log(str(log))
+    return read, time.perf_counter() - t0
+
+
+def bare_loop(samples: list[Any], epochs: int = 1) -> tuple[float, int]:
+    """`is_correct` over the samples' extracted answers; `epochs`: over each pair that many
+    times (a log built by `_epochs_log` from these: the same pairs, without reading 200,000
+    samples through Inspect's models first)."""
     from scorers.math import is_correct
     from scorers.math._extract import DEFAULT_PATTERNS, extract_answer
 
-    # read_eval_log_samples re-reads the zip per sample (quadratic on a 20,000-sample log)
     pairs = [
-        (extract_answer(s.output.completion, DEFAULT_PATTERNS), str(s.target))
-        for s in read_eval_log(str(log)).samples or []
-    ]
+        (extract_answer(s.output.completion, DEFAULT_PATTERNS), str(s.target)) for s in samples
+    ] * epochs
     t0 = time.perf_counter()
     correct = sum(is_correct(a, t) for a, t in pairs)
     return time.perf_counter() - t0, correct
 
 
-def inspect_score(log: Path) -> float:
+def inspect_score(read: Any, read_s: float, limit: int) -> float:
+    """Seconds per sample of `inspect_ai.score()` over the first `limit` samples of a log that
+    took `read_s` to read (that read's share counted as theirs, as `inspect score` reads)."""
     from inspect_ai import score
-    from inspect_ai.log import read_eval_log
 
     from scorers.math import math_verifier
 
+    share = read_s * limit / len(read.samples)
+    read.samples = read.samples[:limit]
     t0 = time.perf_counter()
-    read = read_eval_log(str(log))
     score(read, scorers=math_verifier(), action="append", display="none")
-    return time.perf_counter() - t0
+    return (share + time.perf_counter() - t0) / limit
 
 
-def flow_score(log: Path, workers: int) -> tuple[float, float, int]:
+def anchors(
+    bare_log: Path, epochs: int, insp_log: Path, insp_limit: int
+) -> tuple[float, int, float]:
+    """Both anchors in one process: (bare loop seconds, its correct count, inspect score
+    seconds per sample). A log both use is read once."""
+    # read_eval_log_samples re-reads the zip per sample (quadratic on a 20,000-sample log)
+    bare, bare_read_s = _read(bare_log)
+    bare_s, correct = bare_loop(bare.samples or [], epochs)
+    insp, insp_read_s = (bare, bare_read_s) if insp_log == bare_log else _read(insp_log)
+    return bare_s, correct, inspect_score(insp, insp_read_s, insp_limit)
+
+
+def isolated(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a fresh process: what an anchor reads (a whole log, through Inspect)
+    is not left in this process, whose memory the stage's row measures."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        return ex.submit(fn, *args).result()
+
+
+def flow_score(log: Path, workers: int) -> tuple[float, float, int, float, TreeRss]:
     from flows.runtime.console import quiet_prefect
     from flows.score import ScoreOptions, score_flow, score_runs  # noqa: F401
 
@@ -149,9 +285,10 @@ def flow_score(log: Path, workers: int) -> tuple[float, float, int]:
         t0 = time.perf_counter()
         Warehouse(db).ingest_logs([str(log)])
         ingest_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        summaries = score_flow([str(log)], db, ["math"], workers, progress=False)
-        total = time.perf_counter() - t0
+        with TreeRss() as rss:  # the flow's process and every worker and zygote it starts
+            t0 = time.perf_counter()
+            summaries = score_flow([str(log)], db, ["math"], workers, progress=False)
+            total = time.perf_counter() - t0
         correct = sum(s.correct for s in summaries)
         # the same flow again finds nothing left to score: what is left is its fixed cost
         # (Prefect flow and task runs, the idempotent ingest, fingerprint, the pool's start)
@@ -159,7 +296,7 @@ def flow_score(log: Path, workers: int) -> tuple[float, float, int]:
         again = score_flow([str(log)], db, ["math"], workers, progress=False)
         fixed_s = time.perf_counter() - t0
         assert sum(s.written for s in again) == 0, "a re-run wrote scores again"
-    return total, ingest_s, correct, fixed_s
+    return total, ingest_s, correct, fixed_s, rss
 
 
 def _right_answers(model: str, messages: list[dict]) -> str:
@@ -220,33 +357,56 @@ def sweep_overhead(tmp: Path) -> tuple[float, float]:
     return sweep_s, eval_s
 
 
-def cpu_scaling(workers: int, loops: int = 12_000_000) -> float:
+def cpu_scaling(workers: int, seconds: float) -> float:
     """Throughput of `workers` CPU-bound processes at once over one alone: the most any
-    `workers`-process speed-up can reach on this machine right now (2.0 on 2 idle cores)."""
-    code = f"s = 0\nfor i in range({loops}): s += i * i"
+    `workers`-process speed-up can reach on this machine right now (2.0 on 2 idle cores).
+    Each process counts rounds of work for `seconds` (so a loaded machine does not stretch it)."""
+    code = (
+        f"import time\nend = time.perf_counter() + {seconds}\nn = 0\n"
+        "while time.perf_counter() < end:\n"
+        "    s = 0\n    for i in range(20_000): s += i * i\n    n += 1\nprint(n)"
+    )
 
-    def run(n: int) -> float:
-        t0 = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
-        for p in procs:
-            p.wait()
-        return time.perf_counter() - t0
+    def rounds(n: int) -> int:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(n)
+        ]
+        return sum(int(p.communicate()[0]) for p in procs)
 
-    alone = run(1)
-    return workers * alone / run(workers)
+    return rounds(workers) / rounds(1)
 
 
 def main() -> None:
-    args, n = stage_args(__doc__.splitlines()[0], "2,000 samples; under a minute", quick_n=2_000)
+    args, n = stage_args(__doc__.splitlines()[0], "1,000 samples; under a minute", quick_n=1_000)
+    if n > GENERATED_MAX and n % GENERATED_MAX:
+        print(
+            f"--samples {n}: above {GENERATED_MAX:,} the log is the {GENERATED_MAX:,}-sample one "
+            f"run for several epochs; give a multiple of {GENERATED_MAX:,}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     use_bench_prefect(CACHE)
     from flows.runtime.session import prefect_session
 
     log = build_log(n)
-    scaling = cpu_scaling(args.workers)
-    bare_s, bare_correct = bare_loop(log)
-    insp_s = inspect_score(log)
+    scaling = cpu_scaling(args.workers, seconds=1.5 if args.quick else 5.0)
+    # Above GENERATED_MAX the bare loop grades that log's pairs once per epoch (the flow reads
+    # the big log itself, and must find the same number correct). inspect_ai.score() is far
+    # slower than the flow: it is timed on at most GENERATED_MAX samples (--quick: the first
+    # INSPECT_QUICK of this log) and compared per sample.
+    epochs = n // GENERATED_MAX if n > GENERATED_MAX else 1
+    insp_n = min(n, INSPECT_QUICK if args.quick else GENERATED_MAX)
+    bare_s, bare_correct, insp_per_sample = isolated(
+        anchors, build_log(GENERATED_MAX) if epochs > 1 else log, epochs,
+        build_log(min(n, GENERATED_MAX)), insp_n,
+    )  # fmt: skip
+    insp_s = insp_per_sample * n
+    where = "epoch 1 of this log" if n > GENERATED_MAX else "this log's first samples"
+    insp_anchor = "inspect_ai.score()" + (
+        f" on {insp_n:,} samples ({where}), per sample" if insp_n < n else ""
+    )
     with prefect_session():  # a local server, set up exactly as the CLI's commands do
-        flow_s, ingest_s, flow_correct, fixed_s = flow_score(log, args.workers)
+        flow_s, ingest_s, flow_correct, fixed_s, rss = flow_score(log, args.workers)
     if flow_correct != bare_correct:
         print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}")
     rows = [
@@ -256,8 +416,14 @@ def main() -> None:
         Row(f"CPU scaling, {args.workers} busy processes (the ceiling for the row above)",
             scaling, "x", "1 process", 1.0, scaling,
             f"informational: {args.workers:.1f} on {args.workers} idle cores", True),
-        Row("score flow vs inspect score", n / flow_s, "samples/s", "inspect_ai.score()",
+        Row("score flow vs inspect score", n / flow_s, "samples/s", insp_anchor,
             n / insp_s, insp_s / flow_s, ">= 3x inspect score", insp_s / flow_s >= 3),
+        Row(f"peak RSS, score flow's process tree ({rss.processes} processes): the sum of "
+            "each one's own peak", rss.peak_bytes / 1e6, "MB", "the bar", RSS_BAR_BYTES / 1e6,
+            rss.peak_bytes / RSS_BAR_BYTES, "<= 1,500 MB", rss.peak_bytes <= RSS_BAR_BYTES),
+        Row("peak PSS of that tree at one poll (shared pages split between processes)",
+            rss.peak_pss_bytes / 1e6, "MB", "peak RSS row above", rss.peak_bytes / 1e6,
+            rss.peak_pss_bytes / rss.peak_bytes, "informational", True),
         Row("ingest (informational, not in the flow rows)", n / ingest_s, "samples/s",
             "bare loop, 1 process", n / bare_s, bare_s / ingest_s, "informational", True),
         Row("score flow re-run, nothing to score (fixed cost)", fixed_s, "s",

@@ -141,11 +141,33 @@ def grade_chunk(
                 g.answer,
                 g.explanation,
                 g.reason,
-                json.dumps(g.metadata, default=str) if g.metadata else "{}",
+                _metadata_json(g.metadata),
                 time.perf_counter() - t0,
             )
         )
     return out
+
+
+_JSON_MEMO: dict[tuple, str] = {}
+_JSON_MEMO_MAX = 256
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _metadata_json(meta: dict[str, Any]) -> str:
+    """`meta` as JSON. A verifier's metadata is mostly one of a few small dicts of plain
+    values (math: {"path": "exact"}): each of those is encoded once per worker. The values'
+    types are part of the key: 1, 1.0 and True are equal but encode differently."""
+    if not meta:
+        return "{}"
+    if not all(type(v) in _PLAIN for v in meta.values()):
+        return json.dumps(meta, default=str)
+    key = tuple((k, type(v), v) for k, v in meta.items())
+    text = _JSON_MEMO.get(key)
+    if text is None:
+        text = json.dumps(meta, default=str)
+        if len(_JSON_MEMO) < _JSON_MEMO_MAX and len(text) <= 200:
+            _JSON_MEMO[key] = text
+    return text
 
 
 def _loads(text: str | None) -> dict[str, Any]:

@@ -76,6 +76,11 @@ DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise picklin
 # second of a fast verifier's work; for a slow one, the chunk or two that came back since).
 BATCH_INTERVAL_S = 1.0
 BATCH_MAX_ROWS = 16_000
+# ... and at least this many times as long after a write as that write took: a write stalls
+# the feeding of the workers, who hold only two chunks each, and it costs more as the
+# warehouse grows, so paced to a fixed second the writes would take an ever larger share of a
+# big stage (0 turns this off).
+WRITE_PACE = 10.0
 SAMPLE_TIMEOUT_S = 60.0  # a verifier is bounded itself; this is the stage's backstop
 
 
@@ -478,6 +483,7 @@ class _BatchWriter:
         self.indices: list[int] = []
         self.results: list[ResultRow] = []
         self.last = time.monotonic()
+        self.write_s = 0.0  # how long the last write took
         self.lock_timeout_s = lock_timeout_s
         self.locked_since: float | None = None
 
@@ -487,7 +493,8 @@ class _BatchWriter:
         self.advance(len(part))
         # a full batch goes at once, but a locked file is tried again only once a second
         full = len(self.indices) >= BATCH_MAX_ROWS and self.locked_since is None
-        if full or time.monotonic() - self.last >= BATCH_INTERVAL_S:
+        wait_s = max(BATCH_INTERVAL_S, WRITE_PACE * self.write_s)
+        if full or time.monotonic() - self.last >= wait_s:
             self.flush(final=False)
         elif self.register is not None:
             self._attempt(self._registered, final=False)
@@ -520,6 +527,7 @@ class _BatchWriter:
             return
         keys = self.samples.keys(self.indices)
         written: list[int] = []
+        start = time.monotonic()
         if not self._attempt(
             lambda wait_s: written.append(
                 write_batch(
@@ -535,6 +543,7 @@ class _BatchWriter:
             final=final,
         ):
             return  # locked: the rows stay in hand for the next try
+        self.write_s = time.monotonic() - start
         results, self.indices, self.results = self.results, [], []
         # the summary counts what was written; a duplicate written by a concurrent stage is
         # not ours

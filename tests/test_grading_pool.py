@@ -183,3 +183,21 @@ def test_a_verifier_that_defers_when_it_may_not_leaves_the_sample_unscored(verif
     results = _grade(verifier, _rows(["always defer", "42"]))
     assert [(r[0], r[4]) for r in results] == [("unscored", "verifier_error"), ("scored", "cmp")]
     assert "deferred" in results[0][3]
+
+
+def test_result_metadata_keeps_each_values_json_type_across_samples() -> None:
+    # 1, 1.0 and True are equal (and hash alike) but are different JSON: a worker that
+    # re-used the encoding of an equal-looking earlier sample would store the wrong one
+    from flows.grading_pool import grade_chunk
+    from scorers.grade import scored
+
+    values = [1, 1.0, True, 1, "1", None, [1], 1.0]
+
+    def grade(view):
+        return scored(1.0, answer=None, explanation="", reason="r", x=values[int(view.sample_id)])
+
+    rows = [("c", ["t"], "{}", str(i), None) for i in range(len(values))]
+    stored = [r[5] for r in grade_chunk(grade, rows, 0.0) + grade_chunk(grade, rows, 0.0)]
+    want = ['{"x": 1}', '{"x": 1.0}', '{"x": true}', '{"x": 1}', '{"x": "1"}', '{"x": null}',
+            '{"x": [1]}', '{"x": 1.0}']  # fmt: skip
+    assert stored == want * 2

@@ -1,0 +1,136 @@
+"""Peak resident memory of the processes a block of code starts, with this process, from /proc.
+
+    with TreeRss() as rss:
+        run_the_stage()
+    rss.peak_bytes, rss.peak_sum_bytes, rss.processes
+
+The tree is this process and every descendant that appears while the block runs (found by
+parent pid, polled a few times a second; processes that were already descendants when the block
+began, such as a server started earlier, are not counted). Two readings:
+
+- `peak_bytes`: this process's own high-water mark (reset at the start through
+  /proc/self/clear_refs, so what it held before does not count beyond what it still holds) plus
+  each other process's own high-water mark (VmHWM) as last read. No spike of a process alive at
+  a poll is missed, but peaks that did not coincide are added up: an upper bound.
+- `peak_sum_bytes`: the largest sum of the tree's current RSS seen at one poll.
+
+Pages shared copy-on-write (a zygote's forked workers) count once per process in both, so both
+err high. `peak_pss_bytes`, the largest sum of proportional set sizes at one poll, splits shared
+pages between their processes: what the tree held at once, as far as the polls saw. Linux only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+def _status_kb(pid: int) -> tuple[int, int] | None:
+    """(VmRSS, VmHWM) in KiB, or None for a process gone (or a kernel thread)."""
+    try:
+        text = (_PROC / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    rss = hwm = None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+        elif line.startswith("VmHWM:"):
+            hwm = int(line.split()[1])
+    return None if rss is None or hwm is None else (rss, hwm)
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        text = (_PROC / str(pid) / "smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = (_PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after the last ")"
+    return int(stat[stat.rindex(b")") + 2 :].split()[1])
+
+
+class TreeRss:
+    """Polls the tree every `interval_s` seconds on a daemon thread while the block runs."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        self.interval_s = interval_s
+        self.root = os.getpid()
+        self.peak_sum_bytes = 0
+        self.peak_pss_bytes = 0
+        self.processes = 0  # how many processes the tree held, this one included
+        self._parents: dict[int, int | None] = {}
+        self._before: set[int] = set()
+        self._hwm_kb: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def peak_bytes(self) -> int:
+        return 1024 * sum(self._hwm_kb.values())
+
+    def _descendants(self) -> set[int]:
+        pids = {int(p) for p in os.listdir(_PROC) if p.isdigit()}
+        for gone in set(self._parents) - pids:
+            del self._parents[gone]
+        for pid in pids - set(self._parents):  # a pid's parent read once: cheap polls
+            self._parents[pid] = _parent(pid)
+        children: dict[int, list[int]] = {}
+        for pid, ppid in self._parents.items():
+            if ppid is not None:
+                children.setdefault(ppid, []).append(pid)
+        tree, todo = set(), [self.root]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in tree:
+                    tree.add(child)
+                    todo.append(child)
+        return tree
+
+    def poll(self) -> None:
+        total = pss = 0
+        for pid in [self.root, *(self._descendants() - self._before)]:
+            got = _status_kb(pid)
+            if got is None:
+                continue
+            rss, hwm = got
+            total += rss
+            pss += _pss_kb(pid)
+            self._hwm_kb[pid] = max(self._hwm_kb.get(pid, 0), hwm)
+        self.peak_sum_bytes = max(self.peak_sum_bytes, 1024 * total)
+        self.peak_pss_bytes = max(self.peak_pss_bytes, 1024 * pss)
+        self.processes = len(self._hwm_kb)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.poll()
+
+    def __enter__(self) -> TreeRss:
+        self._before = self._descendants()
+        try:
+            (_PROC / "self" / "clear_refs").write_text("5")  # reset this process's VmHWM
+        except OSError:
+            pass  # not allowed here: the high-water mark then includes what came before
+        self.poll()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tree-rss")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.poll()
