@@ -136,14 +136,9 @@ def judge_script(failing: bool) -> Callable[[str, list[dict[str, Any]]], str | i
 @contextmanager
 def servers(failing: bool) -> Iterator[tuple[Any, Any]]:
     """(judge, generation server), both counting requests, for one measured command."""
-    from http.server import ThreadingHTTPServer
-
+    # flows.mock_server listens with a real server's backlog: a burst of 32 connections
+    # would otherwise stall on SYN retries, and the stalls would be measured
     from flows.mock_server import scripted_server
-
-    # socketserver's listen backlog is 5: 32 connections opened at once overflow it and the
-    # kernel drops SYNs, which clients retry after 1, 3, 7 s... A model server (vLLM, uvicorn)
-    # listens with a backlog in the thousands; so do these, or the stalls would be measured.
-    ThreadingHTTPServer.request_queue_size = max(ThreadingHTTPServer.request_queue_size, 1024)
 
     with (
         scripted_server(judge_script(failing), models=["judge"]) as judge,
