@@ -132,12 +132,10 @@ async def _grade_all(
     roles: dict[str, Any],
     processes: int,
 ) -> list[Any]:
-    from scorers.inspect_scorers.judges import bound_roles
+    from scorers.inspect_scorers.judges import bound_roles, build_judges
 
-    watchdog = _Watchdog(timeout_s)
     try:
-        binding = bound_roles(roles, processes)
-        models = binding.__enter__()
+        models = build_judges(roles, processes)
     except Exception as exc:  # noqa: BLE001 - a judge that cannot be created: every sample says so
         t0 = time.perf_counter()
         why = f"the judge could not be created: {type(exc).__name__}: {str(exc)[:200]}"
@@ -145,7 +143,8 @@ async def _grade_all(
     # enough samples in flight to keep every judge connection busy
     share = max((m.config.max_connections or 0 for m in models.values()), default=0)
     limit = asyncio.Semaphore(max(CONCURRENCY, share))
-    try:
+    watchdog = _Watchdog(timeout_s)
+    async with bound_roles(models):
         with watchdog:
             return list(
                 await asyncio.gather(
@@ -155,8 +154,6 @@ async def _grade_all(
                     )  # fmt: skip
                 )
             )
-    finally:
-        binding.__exit__(None, None, None)
 
 
 async def _one(

@@ -25,8 +25,8 @@ from __future__ import annotations
 import ast
 import math
 import sys
-from collections.abc import Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "VERDICT_UNPARSEABLE",
     "JudgeCalls",
     "bound_roles",
+    "build_judges",
     "identity",
     "needs_grader",
     "recording",
@@ -131,22 +132,32 @@ def _judge(role: str, spec: Mapping[str, Any], processes: int) -> Any:
     return model
 
 
-@contextmanager
-def bound_roles(roles: Mapping[str, Any], processes: int = 1) -> Any:
-    """Bind the roles' models as Inspect's model roles for the block (this event loop's tasks
-    inherit them), and close their clients after.
+def build_judges(roles: Mapping[str, Any], processes: int = 1) -> dict[str, Any]:
+    """The models the roles bind (role name -> Inspect `Model`), built in this process.
+
+    Raises:
+        Exception: whatever Inspect raises for a model it cannot create.
+    """
+    return {name: _judge(name, spec, processes) for name, spec in roles.items()}
+
+
+@asynccontextmanager
+async def bound_roles(models: Mapping[str, Any]) -> AsyncIterator[None]:
+    """Bind the models as Inspect's model roles for the block (this event loop's tasks inherit
+    them), then close their clients (they belong to this event loop).
 
     No model is active: a scorer that calls `get_model()` with no role and no model of its own
     fails ("No model specified"), it never reaches the model under test.
     """
     from inspect_ai.model._model import _model_roles
 
-    models = {name: _judge(name, spec, processes) for name, spec in roles.items()}
-    token = _model_roles.set(models)
+    token = _model_roles.set(dict(models))
     try:
-        yield models
+        yield
     finally:
         _model_roles.reset(token)
+        for model in models.values():
+            await model.__aexit__(None, None, None)
 
 
 class JudgeCalls:
