@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "TaskConfig",
     "load_config",
     "parse_config",
+    "role_bindings",
 ]
 
 # Inspect model strings are "<provider>/<name>[/...]"; anything without a provider is a typo.
@@ -158,6 +160,11 @@ class RoleModel(_Strict):
         if self.base_url:
             out["base_url"] = self.base_url
         return out
+
+
+def role_bindings(roles: Mapping[str, RoleModel] | None) -> dict[str, dict[str, Any]]:
+    """role name -> the binding a scorer spec carries (`RoleModel.to_json()`)."""
+    return {name: role.to_json() for name, role in (roles or {}).items()}
 
 
 class TaskConfig(_Strict):
@@ -401,7 +408,7 @@ def _resolve_verifiers(
         return task  # the task's own scorers, read when the task is loaded (flows.verifier_specs)
     from scorers.inspect_scorers.specs import SpecError, resolve, spec_of, with_roles
 
-    bindings = {name: role.to_json() for name, role in roles.items()}
+    bindings = role_bindings(roles)
 
     entries: list[str | dict[str, Any]] = []
     for entry in task.verifiers:

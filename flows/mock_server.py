@@ -48,8 +48,8 @@ def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass  # the demo's terminal is not the place for an access log
 
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
+        def _send(self, status: int, body: dict[str, Any] | bytes) -> None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -84,11 +84,7 @@ def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
                 detail = f"scripted HTTP {reply}"
             if isinstance(reply, bytes):  # a broken server: this body, as it is, with a 200
                 server.record(model, 200)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
+                self._send(200, reply)
                 return
             if isinstance(reply, int):
                 server.record(model, reply)

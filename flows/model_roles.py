@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-__all__ = ["ModelRoleOption", "bindings", "judge_specs", "log_entries", "rebind_recorded"]
+__all__ = ["ModelRoleOption", "bindings", "judge_specs", "log_entries"]
 
 ModelRoleOption = Annotated[
     list[str] | None,
@@ -62,32 +62,22 @@ def bindings(values: Iterable[str] | None) -> dict[str, dict[str, Any]]:
 
 def judge_specs(entries: Iterable[Any], roles: Mapping[str, Any]) -> list[str]:
     """The JSON specs of the judge scorers among `entries` (verifier names or specs, given by
-    the user or read from a log), with `roles` bound. A file spec a log names is skipped: it is
-    never imported to find out (`--verifier-module FILE.py@scorer` names it)."""
-    from scorers.inspect_scorers import judges as judge_rules
-    from scorers.inspect_scorers.factories import resolve_factory
-    from scorers.inspect_scorers.specs import SpecError, spec_of
+    the user or read from a log), with `roles` bound in place of any they name. A file spec a
+    log names is skipped: it is never imported to find out (`--verifier-module FILE.py@scorer`
+    names it)."""
+    from scorers.inspect_scorers.specs import SpecError, spec_of, with_roles
 
-    if judge_rules.GRADER not in roles:
-        return []
     out: list[str] = []
     for entry in entries:
         try:
             spec = spec_of(entry)
+            if isinstance(spec, str) or spec.file:
+                continue
+            bound = with_roles(spec, roles, rebind=True)
         except (SpecError, ValueError):
             continue
-        if isinstance(spec, str) or spec.file:
-            continue
-        if not spec.roles:
-            try:
-                factory, name, _ = resolve_factory(spec)
-            except SpecError:
-                continue
-            if not judge_rules.needs_grader(factory, name, spec.params):
-                continue
-        bound = {**spec.to_json(), "roles": {judge_rules.GRADER: dict(roles[judge_rules.GRADER])}}
-        bound.pop("module", None)
-        out.append(json.dumps(bound, sort_keys=True))
+        if bound is not spec:
+            out.append(json.dumps(bound.to_json(), sort_keys=True))
     return list(dict.fromkeys(out))
 
 
@@ -103,10 +93,3 @@ def log_entries(paths: Iterable[Path]) -> list[Any]:
         except Exception:  # noqa: BLE001, S112 - unreadable: ingest names it
             continue
     return out
-
-
-def rebind_recorded(db: Path, roles: Mapping[str, Any]) -> list[str]:
-    """The judge scorers the warehouse records, with `roles` bound (rescore)."""
-    from flows.verifier_modules import recorded_spec_entries
-
-    return judge_specs(recorded_spec_entries(db), roles)

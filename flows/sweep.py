@@ -164,9 +164,7 @@ def retry_pass(
     candidates = {
         (s.run_id, s.scorer)
         for s in first
-        if s.reasons.get("sandbox_unavailable")
-        or s.reasons.get("verifier_error")
-        or s.reasons.get("grader_failed")
+        if any(s.reasons.get(r) for r in ("sandbox_unavailable", "verifier_error", "grader_failed"))
     }
     if not candidates:
         return []

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flows.config import ConfigError, RoleModel, SweepConfig, TaskConfig
+from flows.config import ConfigError, RoleModel, SweepConfig, TaskConfig, role_bindings
 
 __all__ = [
     "check_verifiers",
@@ -63,7 +63,7 @@ def task_verifier_entries(
         return list(task_cfg.verifiers)
     from scorers.inspect_scorers.specs import resolve, with_roles
 
-    bindings = {name: role.to_json() for name, role in (roles or {}).items()}
+    bindings = role_bindings(roles)
     return [
         dict(resolve(with_roles(s, bindings), trusted=True).spec or {})
         for s in _task_specs(task_cfg)

@@ -36,6 +36,8 @@ from scorers.inspect_scorers.judges import (
     GRADER_FAILED,
     VERDICT_UNPARSEABLE,
     JudgeCalls,
+    bound_roles,
+    build_judges,
     recording,
 )
 
@@ -132,14 +134,12 @@ async def _grade_all(
     roles: dict[str, Any],
     processes: int,
 ) -> list[Any]:
-    from scorers.inspect_scorers.judges import bound_roles, build_judges
-
     try:
         models = build_judges(roles, processes)
     except Exception as exc:  # noqa: BLE001 - a judge that cannot be created: every sample says so
         t0 = time.perf_counter()
         why = f"the judge could not be created: {type(exc).__name__}: {str(exc)[:200]}"
-        return [_unscored("grader_failed", why, t0)] * len(rows)
+        return [_unscored(GRADER_FAILED, why, t0)] * len(rows)
     # enough samples in flight to keep every judge connection busy
     share = max((m.config.max_connections or 0 for m in models.values()), default=0)
     limit = asyncio.Semaphore(max(CONCURRENCY, share))

@@ -229,19 +229,23 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
     return verifier
 
 
-def with_roles(spec: str | ScorerSpec, roles: Mapping[str, Any]) -> str | ScorerSpec:
-    """The spec with the config's grader bound, when it is a judge scorer that has none
-    (`roles`: role name -> binding JSON, as `RoleModel.to_json()`). A user's spec only: a
-    file spec is imported to find out.
+def with_roles(
+    spec: str | ScorerSpec, roles: Mapping[str, Any], *, rebind: bool = False
+) -> str | ScorerSpec:
+    """The spec with the config's grader bound, when it is a judge scorer that has none, or
+    with `rebind` in place of the one it has (`roles`: role name -> binding JSON, as
+    `RoleModel.to_json()`); else the spec itself. A user's spec only: a file spec is imported
+    to find out.
 
     Raises:
         SpecError: as `resolve`.
     """
-    if isinstance(spec, str) or spec.roles or judges.GRADER not in roles:
+    if isinstance(spec, str) or judges.GRADER not in roles or (spec.roles and not rebind):
         return spec
-    factory, registry_name, _ = resolve_factory(spec)
-    if not judges.needs_grader(factory, registry_name, spec.params):
-        return spec
+    if not spec.roles:
+        factory, registry_name, _ = resolve_factory(spec)
+        if not judges.needs_grader(factory, registry_name, spec.params):
+            return spec
     return ScorerSpec(spec.scorer, spec.params, spec.file, spec.name, spec.module,
                       {judges.GRADER: dict(roles[judges.GRADER])})  # fmt: skip
 
