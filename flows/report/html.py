@@ -165,37 +165,28 @@ def _history_figure(data: ReportData) -> go.Figure | None:
             ]
             legend = (scorer, fp) not in shown
             shown.add((scorer, fp))
-            fig.add_trace(
-                go.Scatter(
-                    x=[p.created for p in points],
-                    y=[p.accuracy_strict for p in points],
-                    mode="lines+markers",
-                    name=f"{name} strict",
-                    legendgroup=name,
-                    showlegend=legend,
-                    line={"color": c},
-                    hovertext=hover,
-                    hoverinfo="text",
-                ),
-                row=row,
-                col=1,
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=[p.created for p in points],
-                    y=[p.accuracy for p in points],
-                    mode="lines+markers",
-                    name=f"{name} over scored",
-                    legendgroup=name,
-                    showlegend=legend,
-                    line={"color": c, "dash": "dot"},
-                    marker={"symbol": "circle-open"},
-                    hovertext=hover,
-                    hoverinfo="text",
-                ),
-                row=row,
-                col=1,
-            )
+            # strict (solid) next to over scored (dotted): an outage shows as the gap
+            for label, values, line, marker in (
+                ("strict", [p.accuracy_strict for p in points], {"color": c}, None),
+                ("over scored", [p.accuracy for p in points], {"color": c, "dash": "dot"},
+                 {"symbol": "circle-open"}),
+            ):  # fmt: skip
+                fig.add_trace(
+                    go.Scatter(
+                        x=[p.created for p in points],
+                        y=values,
+                        mode="lines+markers",
+                        name=f"{name} {label}",
+                        legendgroup=name,
+                        showlegend=legend,
+                        line=line,
+                        marker=marker,
+                        hovertext=hover,
+                        hoverinfo="text",
+                    ),
+                    row=row,
+                    col=1,
+                )
         fig.update_yaxes(range=[-0.02, 1.02], title_text="accuracy", row=row, col=1)
         times = [p.created for p in groups[key]]
         if max(times) - min(times) < _MIN_SPAN:
