@@ -120,6 +120,36 @@ CASES = [
         "valid",
         "'nope'",
     ),
+    (
+        "score-judge-no-grader",
+        ["score", "{log}", "--db", "{valid}", "--verifier", "model_graded_qa"],
+        "valid",
+        "--model-role grader=MODEL",
+    ),
+    (
+        "score-model-role-form",
+        ["score", "{log}", "--db", "{valid}", "--model-role", "grader"],
+        "valid",
+        "--model-role 'grader'",
+    ),
+    (
+        "score-model-role-no-judge",
+        ["score", "{log}", "--db", "{valid}", "--model-role", "grader=openai-api/judge/j"],
+        "valid",
+        "no judge-graded scorer",
+    ),
+    (
+        "rescore-model-role-json",
+        ["rescore", "--db", "{valid}", "--model-role", "grader={{nope"],
+        "valid",
+        "not JSON",
+    ),
+    (
+        "rescore-model-role-model",
+        ["rescore", "--db", "{valid}", "--model-role", "grader=nomodel"],
+        "valid",
+        "Inspect model string",
+    ),
 ]
 
 
