@@ -22,6 +22,7 @@ errored gets a status "error" row without calling the verifier."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -389,7 +390,18 @@ def _start_for(pool: GradingPool, verifiers: Sequence[Verifier]) -> None:
     # a judge scorer's workers warm up its judge (scorers.inspect_scorers.judges.warm_up)
     judged = any((v.spec or {}).get("roles") for v in verifiers)
     modules = [v.module for v in verifiers] + (["scorers.inspect_scorers.judges"] if judged else [])
-    pool.start(modules, [h for v in verifiers for h in v.helpers])
+    # Inspect scorers: the workers fork from one process that imported Inspect (and, for a
+    # judge, ran its start-up hooks) once, instead of each paying for it
+    # (the code they grade with included, and each judge built once: its provider's SDK)
+    fork_from: list[str | tuple[str, str, tuple]] = []
+    if any(v.spec is not None for v in verifiers):
+        fork_from = [*modules, *(m for v in verifiers for m in v.code)]
+        fork_from += [
+            ("scorers.inspect_scorers.judges", "warm_up", (json.dumps(roles, sort_keys=True),))
+            for roles in {json.dumps(v.spec.get("roles"), sort_keys=True): v.spec.get("roles")
+                          for v in verifiers if v.spec and v.spec.get("roles")}.values()
+        ]  # fmt: skip
+    pool.start(modules, [h for v in verifiers for h in v.helpers], fork_from)
 
 
 class Bulk:
