@@ -52,7 +52,15 @@ from typing import Any
 from scorers.grade import Grade, SampleView, unscored
 from scorers.workers.zygote import Zygote, ZygoteBroker, ZygoteFailed, reap_later
 
-__all__ = ["GradingPool", "SampleRow", "ResultRow", "grade_chunk", "grade_one"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "GradingPool",
+    "SampleRow",
+    "ResultRow",
+    "grade_chunk",
+    "grade_one",
+    "prewarm",
+]
 
 # (completion, targets, metadata JSON, sample_id[, state JSON]): what a verifier may read of
 # one sample; the state (what an Inspect TaskState is rebuilt from) only for verifiers that
@@ -62,6 +70,7 @@ SampleRow = tuple[str | None, list[str] | None, str | None, str | None, str | No
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
 _ROOT = str(Path(__file__).resolve().parents[1])
+DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
 
 
 class _SampleTimeout(Exception):
@@ -438,6 +447,32 @@ class _Worker:
         reap_later(self.proc, grace_s=30)
 
 
+Preload = tuple[str | tuple[str, str, tuple], ...]
+# warm zygotes booted before any pool asked (`prewarm`), each with the broker that owns it:
+# the first pool started with that preload adopts both
+_PREWARMED: dict[Preload, ZygoteBroker] = {}
+_PREWARMED_LOCK = threading.Lock()
+
+
+def prewarm(fork_from: Sequence[str | tuple[str, str, tuple]]) -> None:
+    """Boot the warm zygote for `fork_from` now, in the background, for a pool this process
+    will start later with the same `fork_from` (see `GradingPool.start`). One nobody adopts
+    ends with this process (its channel closes)."""
+    key = tuple(fork_from)
+    with _PREWARMED_LOCK:
+        if key in _PREWARMED:
+            return
+        broker = _PREWARMED[key] = ZygoteBroker()
+    threading.Thread(
+        target=_quietly, args=(partial(broker.zygote, key),), daemon=True, name="warm-zygote"
+    ).start()
+
+
+def _adopt(key: Preload) -> ZygoteBroker | None:
+    with _PREWARMED_LOCK:
+        return _PREWARMED.pop(key, None)
+
+
 class GradingPool:
     """Grading worker processes, started on first use (or early with `start()`).
 
@@ -457,7 +492,7 @@ class GradingPool:
         self._broker = ZygoteBroker()
         # the warm zygote's preload, its boot (a thread that forks the workers once it is
         # ready), and the zygote (None until then, or when it failed: workers are started)
-        self._warm: tuple[str | tuple[str, str, tuple], ...] = ()
+        self._warm: Preload = ()
         self._warm_boot: threading.Thread | None = None
         self._warm_zygote: Zygote | None = None
         self._lock = threading.Lock()  # the boot thread adds workers while the caller goes on
@@ -476,14 +511,19 @@ class GradingPool:
         (module, function, args) warm-ups run once there), booted in the background; the
         workers are forked as soon as it is ready.
         """
+        if fork_from and not self._warm:
+            self._warm = tuple(fork_from)
+            adopted = _adopt(self._warm) if not self._procs else None
+            if adopted is not None:  # booting since before this pool existed: take it over
+                with self._lock:
+                    self._broker.close()
+                    self._broker = adopted
         for preload in helpers:
             threading.Thread(
                 target=_quietly, args=(partial(self._broker.zygote, tuple(preload)),),
                 daemon=True, name="zygote-boot",
             ).start()  # fmt: skip
         self._preload = tuple(dict.fromkeys([*self._preload, *modules]))
-        if fork_from and not self._warm:
-            self._warm = tuple(fork_from)
         with self._lock:
             if self._warm and self._warm_boot is None:
                 self._warm_boot = threading.Thread(

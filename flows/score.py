@@ -22,7 +22,6 @@ errored gets a status "error" row without calling the verifier."""
 from __future__ import annotations
 
 import gc
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,9 +36,23 @@ import pyarrow.compute as pc
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
-from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
+from flows.grading_pool import (
+    DEFAULT_CHUNK,
+    GradingPool,
+    ResultRow,
+    SampleRow,
+    grade_chunk,
+    grade_one,
+)
 from flows.runtime.console import progress_bar
 from flows.runtime.run_owner import record_owner
+from flows.warm_start import (
+    EARLY_START_CHUNKS,
+    expected_samples,
+    verifiers_for,
+    warm_preload,
+    worker_modules,
+)
 from scorers.registry import Verifier, get_verifier
 from warehouse.connection import WarehouseLocked
 from warehouse.schema import RetryScope
@@ -70,7 +83,6 @@ __all__ = [
 
 CODE_PASSES = 3  # a verifier edited while it grades: grade what its old code did again, twice
 
-DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
 # A warehouse write (one Prefect task run, one transaction: CPU of the stage's own, which the
 # workers would otherwise have) happens at most about once a second, or sooner when
 # BATCH_MAX_ROWS are waiting: a crash loses the chunks graded since the last write (about a
@@ -387,21 +399,13 @@ def start_early(names: Sequence[str], opts: ScoreOptions) -> GradingPool:
 
 
 def _start_for(pool: GradingPool, verifiers: Sequence[Verifier]) -> None:
-    # a judge scorer's workers warm up its judge (scorers.inspect_scorers.judges.warm_up)
-    judged = any((v.spec or {}).get("roles") for v in verifiers)
-    modules = [v.module for v in verifiers] + (["scorers.inspect_scorers.judges"] if judged else [])
-    # Inspect scorers: the workers fork from one process that imported Inspect (and, for a
-    # judge, ran its start-up hooks) once, instead of each paying for it
-    # (the code they grade with included, and each judge built once: its provider's SDK)
-    fork_from: list[str | tuple[str, str, tuple]] = []
-    if any(v.spec is not None for v in verifiers):
-        fork_from = [*modules, *(m for v in verifiers for m in v.code)]
-        fork_from += [
-            ("scorers.inspect_scorers.judges", "warm_up", (json.dumps(roles, sort_keys=True),))
-            for roles in {json.dumps(v.spec.get("roles"), sort_keys=True): v.spec.get("roles")
-                          for v in verifiers if v.spec and v.spec.get("roles")}.values()
-        ]  # fmt: skip
-    pool.start(modules, [h for v in verifiers for h in v.helpers], fork_from)
+    # a judge scorer's workers warm up its judge (scorers.inspect_scorers.judges.warm_up);
+    # Inspect scorers' workers fork from one warm process (flows.warm_start)
+    pool.start(
+        worker_modules(verifiers),
+        [h for v in verifiers for h in v.helpers],
+        warm_preload(verifiers),
+    )
 
 
 class Bulk:
@@ -751,44 +755,6 @@ def ingest_and_plan(
     return plan, results
 
 
-def _expected_samples(logs: Sequence[str]) -> int:
-    from warehouse.logs import read_header
-
-    total = 0
-    for path in logs:
-        try:
-            spec = read_header(str(path)).eval
-        except Exception:  # an unreadable log is reported by ingest, with its name
-            continue
-        total += (spec.dataset.samples or 0) * (spec.config.epochs or 1)
-    return total
-
-
-def _verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
-    """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
-    names: set[str] = set()
-    if verifiers:
-        from flows.verifier_specs import names_for_entries
-
-        try:
-            names = set(names_for_entries(list(verifiers), trusted=True))
-        except ValueError:
-            return []  # the plan says why, with its own message
-    else:
-        for path in logs:
-            try:
-                names.update(verifiers_of_log(path)[1])
-            except Exception:  # noqa: S112 - only a warm-up hint; ingest reports bad logs
-                continue
-    found = []
-    for name in sorted(names):
-        try:
-            found.append(get_verifier(name))
-        except KeyError:
-            continue
-    return found
-
-
 @task(name="ingest", cache_policy=NO_CACHE)
 def ingest_task(
     warehouse_path: str, logs: list[str], verifiers: list[str] | None
@@ -839,8 +805,8 @@ def score_flow(
     pool = scoring_pool(opts)
     try:
         # big logs: start the workers first, so their start-up overlaps the ingest
-        if _expected_samples(logs) > 2 * opts.chunk_size:
-            _start_for(pool, _verifiers_for(logs, verifiers))
+        if expected_samples(logs) > EARLY_START_CHUNKS * opts.chunk_size:
+            _start_for(pool, verifiers_for(logs, verifiers))
         plan, ingested = ingest_task(warehouse, logs, verifiers)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:
