@@ -17,6 +17,7 @@ __all__ = [
     "expected_samples",
     "prewarm_for",
     "verifiers_for",
+    "warm_judges",
     "warm_preload",
     "worker_modules",
 ]
@@ -75,8 +76,24 @@ def warm_preload(verifiers: Sequence[Verifier]) -> list[str | tuple[str, str, tu
     preload += [m for v in verifiers for m in v.code]
     roles = {json.dumps(v.spec.get("roles"), sort_keys=True) for v in verifiers
              if v.spec and v.spec.get("roles")}  # fmt: skip
-    preload += [("scorers.inspect_scorers.judges", "warm_up", (r,)) for r in sorted(roles)]
+    preload += [("flows.warm_start", "warm_judges", (r,)) for r in sorted(roles)]
     return preload
+
+
+def warm_judges(roles: str) -> None:
+    """What a process's first judge call costs before it is made: Inspect's start-up hooks
+    (scorers.inspect_scorers.judges.warm_up), and each judge of `roles` (JSON of a spec's
+    roles) built once, so its provider's SDK is imported and the model database its first
+    call reads is loaded (the model is dropped unused). Here, not in the judges module: that
+    one is graded code, in every Inspect scorer's fingerprint."""
+    from scorers.inspect_scorers.judges import build_judges, warm_up
+
+    warm_up()
+    try:
+        for model in build_judges(json.loads(roles)).values():
+            model.api.model_family()
+    except Exception:  # noqa: BLE001, S110 - a judge that cannot be built says so per sample
+        pass
 
 
 def worker_modules(verifiers: Sequence[Verifier]) -> list[str]:

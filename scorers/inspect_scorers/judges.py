@@ -23,7 +23,6 @@ answered but whose scorer could not read a verdict from the reply is `verdict_un
 from __future__ import annotations
 
 import ast
-import json
 import math
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -106,21 +105,13 @@ def _names_grader(path: str) -> bool:
     return any(isinstance(n, ast.Constant) and n.value == GRADER for n in ast.walk(tree))
 
 
-def warm_up(roles: str | None = None) -> None:
+def warm_up() -> None:
     """What a process's first judge model costs before its first call: Inspect's start-up
     hooks (an installed package's hooks must see the judge's calls, and finding them loads
-    every package's Inspect entry point) and, for `roles` (JSON of a spec's roles), building
-    each judge once (its provider's SDK is imported; the model is dropped unused). Run in the
-    process the stage forks its grading workers from, or in a worker while the stage ingests.
-    """
+    every package's Inspect entry point). A grading worker runs it while the stage ingests."""
     from inspect_ai.hooks._startup import init_hooks
 
     init_hooks()
-    if roles:
-        try:
-            build_judges(json.loads(roles))
-        except Exception:  # noqa: BLE001, S110 - a judge that cannot be built says so per sample
-            pass
 
 
 def _judge(role: str, spec: Mapping[str, Any], processes: int) -> Any:
