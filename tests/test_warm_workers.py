@@ -178,3 +178,34 @@ def _pid_grade(view):  # module-level: picklable
         explanation="",
         reason="cmp",
     )
+
+
+def test_a_pool_adopts_the_warm_process_booted_before_it(tmp_path: Path) -> None:
+    """`prewarm` (what `gradebook score` calls before Prefect loads) boots the warm process;
+    the stage's pool started later with the same preload forks its workers from that one
+    instead of booting another."""
+    from flows import grading_pool
+    from flows.grading_pool import GradingPool, prewarm
+
+    (tmp_path / "warm_probe.py").write_text("import json\nBOOTED = []\n")
+    sys.path.insert(0, str(tmp_path))
+    preload = ["warm_probe"]
+    prewarm(preload)
+    broker = grading_pool._PREWARMED[tuple(preload)]
+    pool = GradingPool(2)
+    try:
+        pool.start(["flows.grading_pool"], fork_from=preload)
+        results: dict = {}
+        pool.map(_pid_grade, [[("a", ["a"], "{}", "1")], [("b", ["c"], "{}", "2")]], 10.0,
+                 results.__setitem__)  # fmt: skip
+        assert [r[0][:2] for _, r in sorted(results.items())] == [("scored", 1.0), ("scored", 0.0)]
+        assert pool._broker is broker and tuple(preload) not in grading_pool._PREWARMED
+        zygote = pool._warm_zygote
+        assert zygote is not None
+        assert {_ppid(pid) for pid in pool.pids()} == {zygote.proc.pid}
+    finally:
+        pool.close()
+    deadline = time.monotonic() + 30
+    while _alive(zygote.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(zygote.proc.pid), "the warm process outlived its pool"
