@@ -27,6 +27,7 @@ booting its own zygote (`scorers.workers.bounded`), so sharing is an optimisatio
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
@@ -271,6 +272,10 @@ def zygote_main(fd: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - reported to the owner, who reports it on
             owner.conn.send(("error", f"{type(exc).__name__}: {exc}"))
             return
+        # What the preload built lives as long as the zygote and every worker it forks: their
+        # collections need not walk it, and walking it would copy the pages the fork shares.
+        gc.collect()
+        gc.freeze()
         owner.conn.send(("ready", loaded_code.own_sources()))
     except (EOFError, OSError):
         return  # the owner went away while this zygote was starting: nobody to serve
