@@ -7,6 +7,13 @@ preload, so it is ready in a fraction of a second, and it imports them from disk
 (an edited verifier is what gets run). Each worker has one chunk at a time: a list of compact
 tuples in, a list of compact result tuples out, over a socket pair.
 
+Warm workers: a pool started with `fork_from` (an Inspect scorer's modules and warm-ups)
+boots one zygote (`scorers.workers.zygote`) that imports them once, and forks its workers from
+it instead of starting interpreters: importing Inspect and running its start-up hooks is paid
+once per stage, not once per worker, and while the stage ingests. A forked worker serves the
+same loop as a started one; when the zygote cannot fork (it failed to boot, or is not
+single-threaded) the pool starts interpreters as before.
+
 Fault isolation: a verifier that raises or overruns the per-sample limit makes that sample
 `unscored` (inside the worker); a worker that dies (segfault, OOM kill) makes the chunk it held
 `unscored` and is replaced.
@@ -27,6 +34,7 @@ import math
 import os
 import pickle
 import queue
+import select
 import signal
 import socket
 import subprocess
@@ -37,13 +45,22 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
 from typing import Any
 
 from scorers.grade import Grade, SampleView, unscored
-from scorers.workers.zygote import ZygoteBroker, reap_later
+from scorers.workers.zygote import Zygote, ZygoteBroker, ZygoteFailed, reap_later
 
-__all__ = ["GradingPool", "SampleRow", "ResultRow", "grade_chunk", "grade_one"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "GradingPool",
+    "SampleRow",
+    "ResultRow",
+    "grade_chunk",
+    "grade_one",
+    "prewarm",
+]
 
 # (completion, targets, metadata JSON, sample_id[, state JSON]): what a verifier may read of
 # one sample; the state (what an Inspect TaskState is rebuilt from) only for verifiers that
@@ -53,6 +70,7 @@ SampleRow = tuple[str | None, list[str] | None, str | None, str | None, str | No
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
 _ROOT = str(Path(__file__).resolve().parents[1])
+DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
 
 
 class _SampleTimeout(Exception):
@@ -242,6 +260,13 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
             return
 
 
+def _forked_worker_main(conn: Connection) -> None:
+    """`_worker_main` in a worker forked from a warm zygote: the stage first passes it its
+    broker channel (a started worker gets it at spawn)."""
+    broker_fd = recv_handle(conn)
+    _worker_main(conn.fileno(), broker_fd)
+
+
 def _digest_as_loaded(verifier: Any) -> str | None:
     """The fingerprint of the code this process graded `verifier` with (None: no verifier
     given, or nothing can vouch for what ran)."""
@@ -326,10 +351,76 @@ class _Jobs:
 # -- parent side -----------------------------------------------------------------------------
 
 
+class _Forked:
+    """The handle of a worker forked by a zygote (not this process's child: the zygote reaps
+    it). A pidfd names the process itself, so a signal never reaches a recycled pid."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self._fd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # already gone
+            self._fd = None
+
+    def poll(self) -> int | None:
+        """None while it runs; its exit code is the zygote's to know, so -1 once it exited."""
+        if self._fd is None:
+            return -1
+        ready, _, _ = select.select([self._fd], [], [], 0)
+        return -1 if ready else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._fd is not None:
+            ready, _, _ = select.select([self._fd], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            os.close(self._fd)
+            self._fd = None
+        return -1
+
+    def kill(self) -> None:
+        if self._fd is not None:
+            try:
+                signal.pidfd_send_signal(self._fd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+_FORKED_ENTRY = f"{__name__}:_forked_worker_main"
+
+
 class _Worker:
-    def __init__(self, preload: Sequence[str], broker: ZygoteBroker) -> None:
-        ours, theirs = socket.socketpair()
+    def __init__(
+        self, preload: Sequence[str], broker: ZygoteBroker, zygote: Zygote | None = None
+    ) -> None:
         to_broker = broker.channel()
+        self.proc: subprocess.Popen | _Forked
+        try:
+            self.conn = self._fork(zygote, to_broker) if zygote is not None else None
+            if self.conn is None:
+                self.conn = self._start(to_broker)
+        finally:
+            to_broker.close()
+        self.conn.send((list(sys.path), tuple(preload)))
+        self.jobs: list[int] = []  # handed over, not yet answered (oldest first)
+
+    def _fork(self, zygote: Zygote, to_broker: socket.socket) -> Connection | None:
+        """A worker forked from the warm zygote (None: it cannot fork; start one instead)."""
+        try:
+            pid, conn = zygote.fork(entry=_FORKED_ENTRY)
+        except ZygoteFailed:
+            return None
+        self.proc = _Forked(pid)
+        try:
+            send_handle(conn, to_broker.fileno(), pid)
+        except OSError:
+            conn.close()
+            self.proc.kill()
+            return None
+        return conn
+
+    def _start(self, to_broker: socket.socket) -> Connection:
+        ours, theirs = socket.socketpair()
         fds = (theirs.fileno(), to_broker.fileno())
         # SIGINT ignored from the first statement: a Ctrl-C reaches the whole terminal process
         # group, and it is the stage's to handle (it closes the channel, which ends the worker)
@@ -344,10 +435,7 @@ class _Worker:
             )
         finally:
             theirs.close()
-            to_broker.close()
-        self.conn = Connection(ours.detach())
-        self.conn.send((list(sys.path), tuple(preload)))
-        self.jobs: list[int] = []  # handed over, not yet answered (oldest first)
+        return Connection(ours.detach())
 
     def close(self, kill: bool = False) -> None:
         if not self.conn.closed:
@@ -357,6 +445,32 @@ class _Worker:
         # Reaped in the background: a worker still booting its verifier's helpers (sympy)
         # finishes that and exits on its own; the stage need not wait for it.
         reap_later(self.proc, grace_s=30)
+
+
+Preload = tuple[str | tuple[str, str, tuple], ...]
+# warm zygotes booted before any pool asked (`prewarm`), each with the broker that owns it:
+# the first pool started with that preload adopts both
+_PREWARMED: dict[Preload, ZygoteBroker] = {}
+_PREWARMED_LOCK = threading.Lock()
+
+
+def prewarm(fork_from: Sequence[str | tuple[str, str, tuple]]) -> None:
+    """Boot the warm zygote for `fork_from` now, in the background, for a pool this process
+    will start later with the same `fork_from` (see `GradingPool.start`). One nobody adopts
+    ends with this process (its channel closes)."""
+    key = tuple(fork_from)
+    with _PREWARMED_LOCK:
+        if key in _PREWARMED:
+            return
+        broker = _PREWARMED[key] = ZygoteBroker()
+    threading.Thread(
+        target=_quietly, args=(partial(broker.zygote, key),), daemon=True, name="warm-zygote"
+    ).start()
+
+
+def _adopt(key: Preload) -> ZygoteBroker | None:
+    with _PREWARMED_LOCK:
+        return _PREWARMED.pop(key, None)
 
 
 class GradingPool:
@@ -376,19 +490,70 @@ class GradingPool:
         # Verifier helpers the workers need (math: a sympy zygote) are booted once here and
         # shared, not once per worker: each sympy boot costs seconds of CPU.
         self._broker = ZygoteBroker()
+        # the warm zygote's preload, its boot (a thread that forks the workers once it is
+        # ready), and the zygote (None until then, or when it failed: workers are started)
+        self._warm: Preload = ()
+        self._warm_boot: threading.Thread | None = None
+        self._warm_zygote: Zygote | None = None
+        self._lock = threading.Lock()  # the boot thread adds workers while the caller goes on
 
-    def start(self, modules: Iterable[str] = (), helpers: Iterable[Sequence[str]] = ()) -> None:
+    def start(
+        self,
+        modules: Iterable[str] = (),
+        helpers: Iterable[Sequence[str]] = (),
+        fork_from: Sequence[str | tuple[str, str, tuple]] = (),
+    ) -> None:
         """Launch the workers now (not awaited) and have them import `modules`, so their
         start-up overlaps whatever the caller does next (ingest, reading samples); boot the
-        shared zygotes for `helpers` (`Verifier.helpers`) in the background too."""
+        shared zygotes for `helpers` (`Verifier.helpers`) in the background too.
+
+        `fork_from`: the preload of a warm zygote to fork the workers from (module names, and
+        (module, function, args) warm-ups run once there), booted in the background; the
+        workers are forked as soon as it is ready.
+        """
+        if fork_from and not self._warm:
+            self._warm = tuple(fork_from)
+            adopted = _adopt(self._warm) if not self._procs else None
+            if adopted is not None:  # booting since before this pool existed: take it over
+                with self._lock:
+                    self._broker.close()
+                    self._broker = adopted
         for preload in helpers:
             threading.Thread(
                 target=_quietly, args=(partial(self._broker.zygote, tuple(preload)),),
                 daemon=True, name="zygote-boot",
             ).start()  # fmt: skip
         self._preload = tuple(dict.fromkeys([*self._preload, *modules]))
-        while len(self._procs) < self.workers:
-            self._procs.append(_Worker(self._preload, self._broker))
+        with self._lock:
+            if self._warm and self._warm_boot is None:
+                self._warm_boot = threading.Thread(
+                    target=self._boot_warm, args=(self._broker,), daemon=True, name="warm-zygote"
+                )
+                self._warm_boot.start()
+            if self._warm_boot is None:
+                while len(self._procs) < self.workers:
+                    self._procs.append(_Worker(self._preload, self._broker))
+
+    def _boot_warm(self, broker: ZygoteBroker) -> None:
+        try:
+            zygote: Zygote | None = broker.zygote(self._warm)
+        except Exception:  # noqa: BLE001 - the workers are started instead, and report errors
+            zygote = None
+        with self._lock:
+            if broker is not self._broker:  # closed meanwhile
+                return
+            self._warm_zygote = zygote
+            while len(self._procs) < self.workers:
+                self._procs.append(_Worker(self._preload, broker, zygote))
+
+    def _await_workers(self) -> None:
+        """Wait for the warm zygote's boot (its thread forks the workers), then top up."""
+        boot = self._warm_boot
+        if boot is not None:
+            boot.join()
+        with self._lock:
+            while len(self._procs) < self.workers:
+                self._procs.append(_Worker(self._preload, self._broker, self._warm_zygote))
 
     def map(
         self,
@@ -427,6 +592,7 @@ class GradingPool:
         """
         module = getattr(grade, "__module__", None)
         self.start([module] if module else [])
+        self._await_workers()
         jobs = _Jobs(chunks, may_defer, done)
         job_verifier = verifier if expect is not None else None
         try:
@@ -452,7 +618,7 @@ class GradingPool:
                             # them as they are now (what it held queued is graded there)
                             jobs.todo.extend(reversed(w.jobs))
                             w.jobs = []
-                            w = self._replace(w)
+                            w = self._replace(w, warm=False)
                         elif msg[1] == "ok":
                             jobs.finish(job, msg[2])
                         else:
@@ -493,22 +659,28 @@ class GradingPool:
                 continue
             w.jobs.append(job)
 
-    def _replace(self, w: _Worker) -> _Worker:
+    def _replace(self, w: _Worker, warm: bool = True) -> _Worker:
+        """A new worker for `w`; `warm=False`: a started one, which imports the files as they
+        are now (the warm zygote holds the code it imported when it booted)."""
         w.close(kill=True)
         self._procs.remove(w)
-        fresh = _Worker(self._preload, self._broker)
+        fresh = _Worker(self._preload, self._broker, self._warm_zygote if warm else None)
         self._procs.append(fresh)
         return fresh
 
     def close(self, kill: bool = False) -> None:
         """Stop the workers (closing a worker's channel ends its loop); returns at once."""
-        procs, self._procs = self._procs, []
+        with self._lock:
+            procs, self._procs = self._procs, []
+            broker, self._broker = self._broker, ZygoteBroker()
+            # the next start boots a fresh warm zygote: it imports the files as they are then
+            self._warm_boot, self._warm_zygote = None, None
         for w in procs:
             w.close(kill=kill)
         # ends the shared zygotes and so every helper forked from them (the workers' pools
-        # see their zygote gone and would boot their own, but they are exiting too)
-        self._broker.close()
-        self._broker = ZygoteBroker()
+        # see their zygote gone and would boot their own, but they are exiting too), and the
+        # warm zygote, whose workers die with it
+        broker.close()
 
     def pids(self) -> list[int]:
         """The workers' process ids (for tests and diagnostics)."""

@@ -36,9 +36,23 @@ import pyarrow.compute as pc
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
-from flows.grading_pool import GradingPool, ResultRow, SampleRow, grade_chunk, grade_one
+from flows.grading_pool import (
+    DEFAULT_CHUNK,
+    GradingPool,
+    ResultRow,
+    SampleRow,
+    grade_chunk,
+    grade_one,
+)
 from flows.runtime.console import progress_bar
 from flows.runtime.run_owner import record_owner
+from flows.warm_start import (
+    EARLY_START_CHUNKS,
+    expected_samples,
+    verifiers_for,
+    warm_preload,
+    worker_modules,
+)
 from scorers.registry import Verifier, get_verifier
 from warehouse.connection import WarehouseLocked
 from warehouse.schema import RetryScope
@@ -69,7 +83,6 @@ __all__ = [
 
 CODE_PASSES = 3  # a verifier edited while it grades: grade what its old code did again, twice
 
-DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
 # A warehouse write (one Prefect task run, one transaction: CPU of the stage's own, which the
 # workers would otherwise have) happens at most about once a second, or sooner when
 # BATCH_MAX_ROWS are waiting: a crash loses the chunks graded since the last write (about a
@@ -386,10 +399,13 @@ def start_early(names: Sequence[str], opts: ScoreOptions) -> GradingPool:
 
 
 def _start_for(pool: GradingPool, verifiers: Sequence[Verifier]) -> None:
-    # a judge scorer's workers warm up its judge (scorers.inspect_scorers.judges.warm_up)
-    judged = any((v.spec or {}).get("roles") for v in verifiers)
-    modules = [v.module for v in verifiers] + (["scorers.inspect_scorers.judges"] if judged else [])
-    pool.start(modules, [h for v in verifiers for h in v.helpers])
+    # a judge scorer's workers warm up its judge (scorers.inspect_scorers.judges.warm_up);
+    # Inspect scorers' workers fork from one warm process (flows.warm_start)
+    pool.start(
+        worker_modules(verifiers),
+        [h for v in verifiers for h in v.helpers],
+        warm_preload(verifiers),
+    )
 
 
 class Bulk:
@@ -739,44 +755,6 @@ def ingest_and_plan(
     return plan, results
 
 
-def _expected_samples(logs: Sequence[str]) -> int:
-    from warehouse.logs import read_header
-
-    total = 0
-    for path in logs:
-        try:
-            spec = read_header(str(path)).eval
-        except Exception:  # an unreadable log is reported by ingest, with its name
-            continue
-        total += (spec.dataset.samples or 0) * (spec.config.epochs or 1)
-    return total
-
-
-def _verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
-    """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
-    names: set[str] = set()
-    if verifiers:
-        from flows.verifier_specs import names_for_entries
-
-        try:
-            names = set(names_for_entries(list(verifiers), trusted=True))
-        except ValueError:
-            return []  # the plan says why, with its own message
-    else:
-        for path in logs:
-            try:
-                names.update(verifiers_of_log(path)[1])
-            except Exception:  # noqa: S112 - only a warm-up hint; ingest reports bad logs
-                continue
-    found = []
-    for name in sorted(names):
-        try:
-            found.append(get_verifier(name))
-        except KeyError:
-            continue
-    return found
-
-
 @task(name="ingest", cache_policy=NO_CACHE)
 def ingest_task(
     warehouse_path: str, logs: list[str], verifiers: list[str] | None
@@ -827,8 +805,8 @@ def score_flow(
     pool = scoring_pool(opts)
     try:
         # big logs: start the workers first, so their start-up overlaps the ingest
-        if _expected_samples(logs) > 2 * opts.chunk_size:
-            _start_for(pool, _verifiers_for(logs, verifiers))
+        if expected_samples(logs) > EARLY_START_CHUNKS * opts.chunk_size:
+            _start_for(pool, verifiers_for(logs, verifiers))
         plan, ingested = ingest_task(warehouse, logs, verifiers)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:

@@ -248,3 +248,16 @@ def test_installing_a_distribution_invalidates_the_distribution_map(tmp_path, di
         assert sys_path_stamp() != before
     finally:
         sys.path.remove(str(target))
+
+
+def test_a_directory_without_distributions_on_sys_path_keeps_the_distribution_map(tmp_path):
+    """A command run from a fresh working directory (it lands on sys.path) reuses the cached
+    scan of the installed distributions instead of redoing it."""
+    target = tmp_path / "a-fresh-cwd"
+    target.mkdir()
+    before = sys_path_stamp()
+    sys.path.insert(1, str(target))
+    try:
+        assert sys_path_stamp() == before
+    finally:
+        sys.path.remove(str(target))

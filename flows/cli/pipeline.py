@@ -369,6 +369,10 @@ def score(
         if noop is not None:
             console.print(noop, soft_wrap=True)
             return
+        # its Inspect scorers' warm process boots while Prefect loads and the stage ingests
+        from flows.warm_start import prewarm_for
+
+        prewarm_for([str(p) for p in logs], verifier)
 
     quiet_prefect(verbose)  # before Prefect is first imported
     from flows.score import score_flow

@@ -54,7 +54,9 @@ def sys_path_stamp() -> list[list[Any]]:
     An environment directory (site-packages) gets a new mtime when a distribution's metadata
     directory is added or removed. Any other directory (the working directory, a checkout on
     PYTHONPATH) changes mtime whenever a file is written in it, so for those the names of the
-    distribution metadata directories they hold are compared instead.
+    distribution metadata directories they hold are compared instead; one that holds none adds
+    nothing to the distribution map and is left out (a command run from a fresh working
+    directory, which lands on sys.path, must not make every command rescan the environment).
     """
     stamp: list[list[Any]] = []
     for entry in sys.path:
@@ -65,7 +67,8 @@ def sys_path_stamp() -> list[list[Any]]:
             else:
                 with os.scandir(path) as it:
                     names = sorted(e.name for e in it if e.name.endswith(_DIST_SUFFIXES))
-                stamp.append([entry, names])
+                if names:
+                    stamp.append([entry, names])
         except OSError:  # missing, a file (zip), unreadable: nothing that can change quietly
             stamp.append([entry, None])
     return stamp

@@ -11,6 +11,14 @@ one per set of preload modules and passes back a private channel to it (file des
 SCM_RIGHTS), and from then on the child forks its workers straight from the shared zygote and
 talks to them directly, without the broker in the path.
 
+A zygote can also fork a process that runs an entry point of its own (`Zygote.fork(entry=...)`):
+the scoring stage forks its Inspect-scorer grading workers from one zygote that has imported
+Inspect and run its start-up hooks, so that cost is paid once per stage, not once per worker. A
+preload entry (module, function, args) is a warm-up: the function is called once there. Such a fork is refused
+unless the zygote is still single-threaded (a child forked from a threaded process can inherit a
+lock held by a thread that does not exist in it); zygotes start with the native thread pools that
+imports would start (OpenBLAS, pyarrow's jemalloc) turned off.
+
 Lifetimes: a zygote exits when its owner's control channel closes (the broker closing, or the
 owner process dying), and its workers are SIGKILLed with it (PR_SET_PDEATHSIG). A worker whose
 client goes away reads EOF on its pipe and exits. A child whose broker is gone falls back to
@@ -19,6 +27,7 @@ booting its own zygote (`scorers.workers.bounded`), so sharing is an optimisatio
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
@@ -51,6 +60,12 @@ WORKER_MEMORY_BYTES = 2 * 1024**3
 # A zygote boot (its imports) and a fork are bounded by this, not by any call's deadline.
 STARTUP_TIMEOUT_S = 60.0
 _ROOT = str(Path(__file__).resolve().parents[2])
+# Native thread pools that numpy and pyarrow (imported by Inspect's start-up hooks, through
+# installed packages' registries) would start at import: a zygote must stay single-threaded.
+_SINGLE_THREADED_ENV = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "JE_ARROW_MALLOC_CONF": "background_thread:false",
+}
 
 
 class ZygoteFailed(RuntimeError):
@@ -76,11 +91,14 @@ class _Channel:
             pass
 
 
-def _ask_fork(chan: _Channel, lock: threading.Lock) -> tuple[int, Connection]:
-    """Ask a zygote for a worker over `chan`: its pid and the parent end of its pipe."""
+def _ask_fork(
+    chan: _Channel, lock: threading.Lock, entry: str | None = None
+) -> tuple[int, Connection]:
+    """Ask a zygote for a worker over `chan`: its pid and the parent end of its pipe.
+    `entry` ("module:function"): the worker runs that with its end of the pipe."""
     with lock:
         try:
-            chan.conn.send("fork")
+            chan.conn.send("fork" if entry is None else ("fork", entry))
             if not chan.conn.poll(STARTUP_TIMEOUT_S):
                 raise ZygoteFailed("verification zygote stopped answering")
             status, payload = chan.conn.recv()
@@ -107,7 +125,10 @@ class Zygote:
             f"import sys; sys.path.insert(0, {_ROOT!r})\n{loaded_code.boot_code()}" \
             f"import scorers.workers.zygote as z; z.zygote_main({theirs.fileno()})"  # fmt: skip
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
+            [sys.executable, "-c", code],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **_SINGLE_THREADED_ENV},
         )
         theirs.close()
         self._chan = _Channel(ours)
@@ -142,9 +163,15 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def fork(self) -> tuple[int, Connection]:
-        """A new worker: its pid and the parent end of its pipe."""
-        return _ask_fork(self._chan, self._lock)
+    def fork(self, entry: str | None = None) -> tuple[int, Connection]:
+        """A new worker: its pid and the parent end of its pipe. By default the worker serves
+        function calls (`scorers.workers.bounded`); with `entry` ("module:function"), it calls
+        that function with its end of the pipe instead, and exits when it returns.
+
+        Raises:
+            ZygoteFailed: the zygote is gone, or (with `entry`) no longer single-threaded.
+        """
+        return _ask_fork(self._chan, self._lock, entry)
 
     def client_channel(self, wait_s: float | None = None) -> socket.socket:
         """A private channel to this zygote for another process (see `RemoteZygote`).
@@ -237,10 +264,18 @@ def zygote_main(fd: int) -> None:
         sys.path[:] = sys_path
         try:
             for name in preload:
-                importlib.import_module(name)
+                if isinstance(name, str):
+                    importlib.import_module(name)
+                else:  # (module, function, args): a warm-up
+                    module, function, args = name
+                    getattr(importlib.import_module(module), function)(*args)
         except BaseException as exc:  # noqa: BLE001 - reported to the owner, who reports it on
             owner.conn.send(("error", f"{type(exc).__name__}: {exc}"))
             return
+        # What the preload built lives as long as the zygote and every worker it forks: their
+        # collections need not walk it, and walking it would copy the pages the fork shares.
+        gc.collect()
+        gc.freeze()
         owner.conn.send(("ready", loaded_code.own_sources()))
     except (EOFError, OSError):
         return  # the owner went away while this zygote was starting: nobody to serve
@@ -262,8 +297,13 @@ def zygote_main(fd: int) -> None:
                 if request == "client" and chan is owner:
                     client = _Channel(socket.socket(fileno=recv_handle(owner.sock)))
                     clients[client.conn] = client
-                elif request == "fork":
-                    pid = _fork_worker(chan, [owner, *clients.values()], zygote_pid, memory_bytes)
+                elif request == "fork" or (isinstance(request, tuple) and request[0] == "fork"):
+                    entry = request[1] if isinstance(request, tuple) else None
+                    if entry is not None and (threads := _thread_count()) > 1:
+                        chan.conn.send(("error", f"the zygote runs {threads} threads"))
+                        continue
+                    channels = [owner, *clients.values()]
+                    pid = _fork_worker(chan, channels, zygote_pid, memory_bytes, entry)
                     if chan is not owner:
                         forked.setdefault(chan, set()).add(pid)
             except (EOFError, OSError):
@@ -279,8 +319,20 @@ def zygote_main(fd: int) -> None:
                 chan.close()
 
 
+def _thread_count() -> int:
+    """This process's threads, native ones included (Linux); elsewhere Python's own."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
 def _fork_worker(
-    chan: _Channel, channels: list[_Channel], zygote_pid: int, memory_bytes: int
+    chan: _Channel,
+    channels: list[_Channel],
+    zygote_pid: int,
+    memory_bytes: int,
+    entry: str | None = None,
 ) -> int:
     parent_end, child_end = socket.socketpair()
     pid = os.fork()
@@ -290,7 +342,12 @@ def _fork_worker(
             for c in channels:
                 c.close()
             parent_end.close()
-            _serve_pipe(Connection(child_end.detach()), memory_bytes)
+            conn = Connection(child_end.detach())
+            if entry is None:
+                _serve_pipe(conn, memory_bytes)
+            else:
+                module, _, function = entry.partition(":")
+                getattr(importlib.import_module(module), function)(conn)
         finally:
             os._exit(0)
     child_end.close()

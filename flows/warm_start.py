@@ -1,0 +1,115 @@
+"""What a scoring stage can start before it knows its plan: the warm process its Inspect-scorer
+grading workers fork from (flows.grading_pool `fork_from`), booted as soon as the verifiers are
+known, so that it imports Inspect while the command imports Prefect, starts its flow run and
+ingests. Light on purpose: nothing here imports Prefect or Inspect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from flows.grading_pool import DEFAULT_CHUNK, prewarm
+from scorers.registry import Verifier, get_verifier
+
+__all__ = [
+    "EARLY_START_CHUNKS",
+    "expected_samples",
+    "prewarm_for",
+    "verifiers_for",
+    "warm_judges",
+    "warm_preload",
+    "worker_modules",
+]
+
+# logs of more samples than this many chunks: start the workers before the ingest
+EARLY_START_CHUNKS = 2
+
+
+def expected_samples(logs: Sequence[str]) -> int:
+    """Samples the logs' headers announce (unreadable logs count 0: ingest reports them)."""
+    from warehouse.logs import read_header
+
+    total = 0
+    for path in logs:
+        try:
+            spec = read_header(str(path)).eval
+        except Exception:  # noqa: S112 - an unreadable log is reported by ingest, with its name
+            continue
+        total += (spec.dataset.samples or 0) * (spec.config.epochs or 1)
+    return total
+
+
+def verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
+    """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
+    from flows.verifier_specs import log_verifier_names, names_for_entries
+
+    names: set[str] = set()
+    if verifiers:
+        try:
+            names = set(names_for_entries(list(verifiers), trusted=True))
+        except ValueError:
+            return []  # the plan says why, with its own message
+    else:
+        for path in logs:
+            try:
+                names.update(log_verifier_names(path))
+            except Exception:  # noqa: S112 - only a warm-up hint; ingest reports bad logs
+                continue
+    found = []
+    for name in sorted(names):
+        try:
+            found.append(get_verifier(name))
+        except KeyError:
+            continue
+    return found
+
+
+def warm_preload(verifiers: Sequence[Verifier]) -> list[str | tuple[str, str, tuple]]:
+    """The warm process's preload for these verifiers (empty: none is an Inspect scorer, the
+    workers are started as interpreters): the modules the workers import, the code the
+    verifiers grade with, and per judge, Inspect's start-up hooks and the judge built once
+    (its provider's SDK imported)."""
+    if not any(v.spec is not None for v in verifiers):
+        return []
+    preload: list[str | tuple[str, str, tuple]] = [*worker_modules(verifiers)]
+    preload += [m for v in verifiers for m in v.code]
+    roles = {json.dumps(v.spec.get("roles"), sort_keys=True) for v in verifiers
+             if v.spec and v.spec.get("roles")}  # fmt: skip
+    preload += [("flows.warm_start", "warm_judges", (r,)) for r in sorted(roles)]
+    return preload
+
+
+def warm_judges(roles: str) -> None:
+    """What a process's first judge call costs before it is made: Inspect's start-up hooks
+    (scorers.inspect_scorers.judges.warm_up), and each judge of `roles` (JSON of a spec's
+    roles) built once, so its provider's SDK is imported and the model database its first
+    call reads is loaded (the model is dropped unused). Here, not in the judges module: that
+    one is graded code, in every Inspect scorer's fingerprint."""
+    from scorers.inspect_scorers.judges import build_judges, warm_up
+
+    warm_up()
+    try:
+        for model in build_judges(json.loads(roles)).values():
+            model.api.model_family()
+    except Exception:  # noqa: BLE001, S110 - a judge that cannot be built says so per sample
+        pass
+
+
+def worker_modules(verifiers: Sequence[Verifier]) -> list[str]:
+    """What each grading worker imports up front (a judge scorer's: the judges module too,
+    whose `warm_up` the worker runs)."""
+    judged = any((v.spec or {}).get("roles") for v in verifiers)
+    return [v.module for v in verifiers] + (["scorers.inspect_scorers.judges"] if judged else [])
+
+
+def prewarm_for(
+    logs: Sequence[str], verifiers: Iterable[str] | None, chunk_size: int = DEFAULT_CHUNK
+) -> None:
+    """Boot the warm process for the stage that will score `logs` now, in the background, when
+    that stage will start its workers early (its logs are big enough) and they fork."""
+    if expected_samples(logs) <= EARLY_START_CHUNKS * chunk_size:
+        return
+    preload = warm_preload(verifiers_for(logs, verifiers))
+    if preload:
+        prewarm(preload)
