@@ -21,8 +21,10 @@ errored gets a status "error" row without calling the verifier."""
 
 from __future__ import annotations
 
+import contextvars
 import gc
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -89,10 +91,9 @@ CODE_PASSES = 3  # a verifier edited while it grades: grade what its old code di
 # second of a fast verifier's work; for a slow one, the chunk or two that came back since).
 BATCH_INTERVAL_S = 1.0
 BATCH_MAX_ROWS = 16_000
-# ... and at least this many times as long after a write as that write took: a write stalls
-# the feeding of the workers, who hold only two chunks each, and it costs more as the
-# warehouse grows, so paced to a fixed second the writes would take an ever larger share of a
-# big stage (0 turns this off).
+# ... and at least this many times as long after a write as that write took: a write costs
+# more as the warehouse grows, so paced to a fixed second the writes would take an ever larger
+# share of a big stage's CPU (0 turns this off).
 WRITE_PACE = 10.0
 SAMPLE_TIMEOUT_S = 60.0  # a verifier is bounded itself; this is the stage's backstop
 
@@ -472,12 +473,15 @@ class GradedWorkNotWritten(WarehouseLocked):
 class _BatchWriter:
     """Collects graded chunks (the `emit` of `stream_grades`) and writes them in batches.
 
-    A batch is written from the thread that feeds the workers while they go on grading the
-    chunks they hold, so the write does not stall them. A write that finds the warehouse
-    locked by another process keeps its rows in hand and is tried again with the next batch
-    while grading goes on; once the file has stayed locked for the lock timeout (counted from
-    the first refused write; the last write, when grading is done, waits out the rest), the
-    stage gives up with `GradedWorkNotWritten`, which says how many results were kept and lost.
+    A batch is written on a thread of its own while this thread goes on feeding the workers:
+    a write (a Prefect task run, one transaction, opening the file) takes longer than the
+    chunks each worker holds, so written from the feeding thread it would leave the workers
+    idle. One write is in flight at a time; what comes back meanwhile goes with the next.
+    A write that finds the warehouse locked by another process keeps its rows in hand and is
+    tried again with the next batch while grading goes on; once the file has stayed locked for
+    the lock timeout (counted from the first refused write; the last write, when grading is
+    done, waits out the rest), the stage gives up with `GradedWorkNotWritten`, which says how
+    many results were kept and lost.
     """
 
     def __init__(
@@ -499,24 +503,81 @@ class _BatchWriter:
         self.samples = samples
         self.summaries = summaries
         self.advance = advance
-        self.indices: list[int] = []
+        self.indices: list[int] = []  # in hand, not written (guarded by _hand)
         self.results: list[ResultRow] = []
+        self._hand = threading.Lock()
         self.last = time.monotonic()
         self.write_s = 0.0  # how long the last write took
         self.lock_timeout_s = lock_timeout_s
         self.locked_since: float | None = None
+        self._writing: threading.Thread | None = None
+        self._failed: BaseException | None = None  # what the last background write raised
 
     def __call__(self, part: list[int], graded: list[ResultRow]) -> None:
-        self.indices.extend(part)
-        self.results.extend(graded)
+        self._raise_failure()
+        with self._hand:
+            self.indices.extend(part)
+            self.results.extend(graded)
+            waiting = len(self.indices)
         self.advance(len(part))
+        if self._writing is not None and self._writing.is_alive():
+            if waiting < BATCH_MAX_ROWS:
+                return  # these go with the next write
+            # a full batch waits for the write in flight: what a crash can lose stays bounded
+            self.settle()
+            self._raise_failure()
         # a full batch goes at once, but a locked file is tried again only once a second
-        full = len(self.indices) >= BATCH_MAX_ROWS and self.locked_since is None
+        full = waiting >= BATCH_MAX_ROWS and self.locked_since is None
         wait_s = max(BATCH_INTERVAL_S, WRITE_PACE * self.write_s)
         if full or time.monotonic() - self.last >= wait_s:
-            self.flush(final=False)
+            self.last = time.monotonic()
+            self._in_background(scores=True)
         elif self.register is not None:
-            self._attempt(self._registered, final=False)
+            self._in_background(scores=False)
+
+    def flush(self) -> None:
+        """Grading is over: wait for the write in flight, then write what is in hand, waiting
+        out the lock timeout."""
+        self.settle()
+        self._raise_failure()
+        try:
+            self._write(final=True, scores=True)
+        except _GaveUp as exc:
+            self._failed = exc
+            self._raise_failure()
+
+    def settle(self) -> None:
+        """Wait for the write in flight, if any (what it raised is raised by the next call or
+        `flush`). A stage interrupted mid-grading calls this before it unwinds: no write is
+        left running once the flow run ends."""
+        if self._writing is not None:
+            self._writing.join()
+            self._writing = None
+
+    def _in_background(self, *, scores: bool) -> None:
+        # the task run it starts belongs to this flow run: Prefect's context is a contextvar.
+        # A daemon: a second Ctrl-C, which exits at once, is not held up by it.
+        ctx = contextvars.copy_context()
+        self._writing = threading.Thread(
+            target=ctx.run, args=(self._background, scores), name="score-writer", daemon=True
+        )
+        self._writing.start()
+
+    def _background(self, scores: bool) -> None:
+        try:
+            self._write(final=False, scores=scores)
+        except BaseException as exc:  # noqa: BLE001 - raised in the feeding thread next
+            self._failed = exc
+
+    def _raise_failure(self) -> None:
+        exc, self._failed = self._failed, None
+        if isinstance(exc, _GaveUp):
+            kept = sum(s.written for s in self.summaries.values())
+            with self._hand:
+                lost = len(self.indices)
+            raise GradedWorkNotWritten(exc.locked, kept, lost) from None
+        if exc is not None:
+            raise exc
 
     def _registered(self, wait_s: float) -> None:
         if self.register is not None:
@@ -533,37 +594,45 @@ class _BatchWriter:
         except WarehouseLocked as exc:
             self.locked_since = since
             if final or time.monotonic() - since >= self.lock_timeout_s:
-                kept = sum(s.written for s in self.summaries.values())
-                raise GradedWorkNotWritten(exc, kept, len(self.indices)) from None
+                raise _GaveUp(exc) from None
             return False
         self.locked_since = None
         return True
 
-    def flush(self, final: bool = True) -> None:
-        """Write what is in hand; `final`: grading is over, wait out the lock timeout."""
-        self.last = time.monotonic()
-        if not self._attempt(self._registered, final=final) or not self.indices:
+    def _write(self, *, final: bool, scores: bool) -> None:
+        """Record the fingerprint if not yet done, then (`scores`) write what is in hand."""
+        if not self._attempt(self._registered, final=final) or not scores:
             return
-        keys = self.samples.keys(self.indices)
+        with self._hand:
+            indices, results, self.indices, self.results = self.indices, self.results, [], []
+        if not indices:
+            return
+        keys = self.samples.keys(indices)
         written: list[int] = []
         start = time.monotonic()
-        if not self._attempt(
-            lambda wait_s: written.append(
-                write_batch(
-                    self.warehouse_path,
-                    self.scorer,
-                    self.digest,
-                    Bulk(keys),
-                    Bulk(self.results),
-                    len(keys),
-                    wait_s,
-                )  # fmt: skip
-            ),
-            final=final,
-        ):
-            return  # locked: the rows stay in hand for the next try
+        wrote = False
+        try:
+            wrote = self._attempt(
+                lambda wait_s: written.append(
+                    write_batch(
+                        self.warehouse_path,
+                        self.scorer,
+                        self.digest,
+                        Bulk(keys),
+                        Bulk(results),
+                        len(keys),
+                        wait_s,
+                    )  # fmt: skip
+                ),
+                final=final,
+            )
+        finally:
+            if not wrote:  # locked, or failed: the rows stay in hand, ahead of newer ones
+                with self._hand:
+                    self.indices[:0], self.results[:0] = indices, results
+        if not wrote:
+            return
         self.write_s = time.monotonic() - start
-        results, self.indices, self.results = self.results, [], []
         # the summary counts what was written; a duplicate written by a concurrent stage is
         # not ours
         run_ids = keys.column("run_id").to_pylist()[: written[0]]
@@ -572,6 +641,15 @@ class _BatchWriter:
             run_ids, attempts, results[: written[0]], strict=True
         ):
             self.summaries[(run_id, self.scorer)].count(status, value, reason, attempt)
+
+
+class _GaveUp(Exception):
+    """The file stayed locked for the lock timeout (turned into `GradedWorkNotWritten` by the
+    feeding thread, which knows how much is in hand)."""
+
+    def __init__(self, locked: WarehouseLocked) -> None:
+        super().__init__(str(locked))
+        self.locked = locked
 
 
 def score_runs(
@@ -691,7 +769,12 @@ def _score_runs(
                         ).register_verifier(fp, current=True),
                         lock_timeout_s=wh.lock_timeout_s,
                     )  # fmt: skip
-                    stale = stream_grades(pool, verifier, samples, opts, writer, expect=fp.digest)
+                    try:
+                        stale = stream_grades(
+                            pool, verifier, samples, opts, writer, expect=fp.digest
+                        )
+                    finally:
+                        writer.settle()
                     writer.flush()
                     if not stale:
                         break

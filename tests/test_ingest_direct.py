@@ -219,6 +219,24 @@ def test_direct_header_equals_inspects_on_shared_logs(shared_data):
     _same_headers(paths)
 
 
+def test_direct_header_reads_zip64_archives(logs, tmp_path, monkeypatch):
+    # a log of more than 65,535 samples is a ZIP64 archive (and over 4 GiB its entries keep
+    # their offsets in a ZIP64 extra field): zipfile is made to write both for a small log
+    src = logs["base"]
+    big = tmp_path / "zip64.eval"
+    monkeypatch.setattr(zipfile, "ZIP_FILECOUNT_LIMIT", 1)
+    monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 1)
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(big, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info), zipfile.ZIP_DEFLATED)
+    monkeypatch.undo()
+    raw = big.read_bytes()
+    assert b"PK\x06\x06" in raw and b"PK\x06\x07" in raw  # the ZIP64 end records
+    with zipfile.ZipFile(big) as z:
+        assert z.getinfo("header.json").header_offset > 0
+    _same_headers([big])
+
+
 def test_header_falls_back_to_inspects_reader(logs, tmp_path):
     # a log still being written has no header.json: Inspect builds the header from its journal
     src = str(logs["base"])

@@ -60,6 +60,8 @@ _ZIP_ZSTD = 93  # the zip method id Inspect's writer (zipfile-zstd) uses
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zip local file header, 30 bytes
 _CENTRAL_ENTRY = struct.Struct("<4s6H3L5H2L")  # zip central directory entry, 46 bytes
 _END_RECORD = struct.Struct("<4s4H2LH")  # zip end of central directory record, 22 bytes
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")  # ZIP64 end of central directory locator, 20 bytes
+_ZIP64_END_RECORD = struct.Struct("<4sQ2H2L4Q")  # ZIP64 end of central directory record, 56
 _HEADER_JSON = b"header.json"
 _REDUCTIONS_JSON = b"reductions.json"
 # Attachment references (and their older `tc://` spelling) are resolved by Inspect's reader.
@@ -76,8 +78,8 @@ def applies(path: str, header: EvalLog) -> bool:
 
 def read_header(path: str) -> EvalLog | None:
     """The log's header as `read_eval_log(path, header_only=True)` gives it, or None when that
-    reader must do it: not a local `.eval`, no `header.json` (a log still being written), a
-    ZIP64 archive, or anything else this reader does not expect."""
+    reader must do it: not a local `.eval`, no `header.json` (a log still being written), or
+    anything else this reader does not expect."""
     if not path.endswith(".eval") or "://" in path:
         return None
     try:
@@ -104,8 +106,9 @@ def read_header(path: str) -> EvalLog | None:
 
 
 def _central_entries(f: Any, names: tuple[bytes, ...]) -> dict[bytes, zipfile.ZipInfo] | None:
-    """The last central-directory entry of each of `names` that the archive has (None: ZIP64 or
-    not a zip this reader understands)."""
+    """The last central-directory entry of each of `names` that the archive has (None: not a
+    zip this reader understands). ZIP64 archives (a log of more than 65,535 samples is one)
+    are read too."""
     f.seek(0, 2)
     size = f.tell()
     tail_len = min(size, _END_RECORD.size + 0xFFFF)  # the record plus the longest comment
@@ -117,7 +120,10 @@ def _central_entries(f: Any, names: tuple[bytes, ...]) -> dict[bytes, zipfile.Zi
     end = _END_RECORD.unpack_from(tail, at)
     entries_total, cd_size, cd_offset = end[4], end[5], end[6]
     if 0xFFFF in (entries_total,) or 0xFFFFFFFF in (cd_size, cd_offset):
-        return None  # ZIP64: let zipfile (through Inspect) do it
+        found64 = _zip64_directory(f, tail, at)
+        if found64 is None:
+            return None
+        cd_size, cd_offset = found64
     f.seek(cd_offset)
     directory = f.read(cd_size)
     found: dict[bytes, zipfile.ZipInfo] = {}
@@ -132,12 +138,52 @@ def _central_entries(f: Any, names: tuple[bytes, ...]) -> dict[bytes, zipfile.Zi
                     info = zipfile.ZipInfo(name.decode())
                     info.compress_type, info.compress_size = entry[4], entry[8]
                     info.file_size, info.header_offset = entry[9], entry[16]
-                    if 0xFFFFFFFF in (info.compress_size, info.file_size, info.header_offset):
+                    extra = directory[pos + len(name) : pos + len(name) + entry[11]]
+                    if not _zip64_sizes(info, extra):
                         return None
                     found[name] = info
                     break
             pos = directory.rfind(name, 0, pos)
     return found
+
+
+def _zip64_directory(f: Any, tail: bytes, end_at: int) -> tuple[int, int] | None:
+    """(size, offset) of a ZIP64 archive's central directory, from the ZIP64 end record that
+    the locator just before the end record points at (None: not there, or not as expected)."""
+    at = end_at - _ZIP64_LOCATOR.size
+    if at < 0 or tail[at : at + 4] != b"PK\x06\x07":
+        return None
+    record_offset = _ZIP64_LOCATOR.unpack_from(tail, at)[2]
+    f.seek(record_offset)
+    raw = f.read(_ZIP64_END_RECORD.size)
+    if len(raw) != _ZIP64_END_RECORD.size or raw[:4] != b"PK\x06\x06":
+        return None
+    record = _ZIP64_END_RECORD.unpack(raw)
+    return record[8], record[9]
+
+
+def _zip64_sizes(info: zipfile.ZipInfo, extra: bytes) -> bool:
+    """Fill in the sizes and offset an entry keeps in its ZIP64 extra field (those its
+    central entry holds as 0xFFFFFFFF); False when one is needed and not found."""
+    wanted = [
+        attr
+        for attr in ("file_size", "compress_size", "header_offset")
+        if getattr(info, attr) == 0xFFFFFFFF
+    ]
+    if not wanted:
+        return True
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, length = struct.unpack_from("<2H", extra, pos)
+        if tag == 0x0001:  # the ZIP64 extended information field, values in this order
+            values = extra[pos + 4 : pos + 4 + length]
+            if len(values) < 8 * len(wanted):
+                return False
+            for i, attr in enumerate(wanted):
+                setattr(info, attr, struct.unpack_from("<Q", values, 8 * i)[0])
+            return True
+        pos += 4 + length
+    return False
 
 
 class _Sample(msgspec.Struct):

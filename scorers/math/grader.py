@@ -88,9 +88,18 @@ def verify(
     return _verify(candidate, reference, timeout_s=timeout_s, may_defer=False)
 
 
-def _verify(candidate: str | None, reference: str, *, timeout_s: float, may_defer: bool) -> Verdict:
+def _verify(
+    candidate: str | None,
+    reference: str,
+    *,
+    timeout_s: float,
+    may_defer: bool,
+    take_turn: bool = False,
+) -> Verdict:
     """`verify`; with `may_defer`, a comparison that needs the symbolic pool before it has
-    booted returns reason "deferred" at once (and starts the boot) instead of waiting."""
+    booted returns reason "deferred" at once (and starts the boot) instead of waiting. With
+    `take_turn`, a symbolic comparison first waits for one of this process's grading slots,
+    and that wait is not charged to `timeout_s`."""
     started = time.monotonic()
     try:
         ref = parse_answer(reference)
@@ -117,6 +126,11 @@ def _verify(candidate: str | None, reference: str, *, timeout_s: float, may_defe
     if may_defer and not pool.booted:
         pool.boot_in_background()
         return Verdict(False, "deferred", "symbolic worker still starting", "symbolic")
+    turn = _grading_slots() if take_turn else None
+    if turn is not None:
+        waiting = time.monotonic()
+        turn.acquire()
+        started += time.monotonic() - waiting
     try:
         remaining = timeout_s - (time.monotonic() - started)
         if remaining <= 0:
@@ -130,6 +144,9 @@ def _verify(candidate: str | None, reference: str, *, timeout_s: float, may_defe
         if "LimitExceeded" in str(exc) or "MemoryError" in str(exc):
             return Verdict(False, "limit_exceeded", str(exc), "symbolic")
         return Verdict(False, "verifier_error", str(exc), "symbolic")
+    finally:
+        if turn is not None:
+            turn.release()
     return _verdict(equal, "symbolic")
 
 
@@ -193,13 +210,13 @@ def grade_math(sample: SampleView) -> Grade:
             for t in targets
         ]
     else:
-        # At most as many gradings at once as the pool has workers (Inspect scores many samples
-        # concurrently): a grading waits for its turn here, before its deadline starts, instead
-        # of timing out in the pool's queue.
-        with _grading_slots():
-            verdicts = [
-                _verify(answer, t, timeout_s=timeout_s, may_defer=sample.may_defer) for t in targets
-            ]
+        # At most as many symbolic comparisons at once as the pool has workers (Inspect scores
+        # many samples concurrently): one waits for its turn, not charged to its deadline,
+        # instead of timing out in the pool's queue. Exact comparisons take no turn.
+        verdicts = [
+            _verify(answer, t, timeout_s=timeout_s, may_defer=sample.may_defer, take_turn=True)
+            for t in targets
+        ]
     for v in verdicts:
         if v.equal:
             return scored(1.0, answer=answer, explanation="verified equal", reason=v.reason,
