@@ -75,18 +75,20 @@ def test_bundled_task_grades_scripted_completions(tmp_path: Path) -> None:
     assert values == expected
 
 
-def test_concurrent_scoring_runs_at_most_pool_size_verifications(
+def test_concurrent_scoring_runs_at_most_pool_size_symbolic_comparisons(
     tmp_path: Path, monkeypatch
 ) -> None:
     # Inspect scores samples concurrently; the verifier's deadline counts waiting for a worker,
-    # so gradings beyond the pool's size must wait for a turn before their deadline starts.
+    # so symbolic comparisons beyond the pool's size must wait for a turn before their deadline
+    # starts (each takes longer than the pool's size times its share would allow otherwise).
     import threading
     import time
 
     import scorers.math.grader as math_module
     from scorers.workers.bounded import shared_pool
 
-    real_verify = math_module._verify
+    pool = shared_pool(math_module._SYMBOLIC_MODULES)
+    real_call = pool.call
     lock = threading.Lock()
     in_flight, peak = [0], [0]
 
@@ -96,17 +98,17 @@ def test_concurrent_scoring_runs_at_most_pool_size_verifications(
             peak[0] = max(peak[0], in_flight[0])
         try:
             time.sleep(0.2)  # long enough for every concurrent sample to arrive
-            return real_verify(*args, **kwargs)
+            return real_call(*args, **kwargs)
         finally:
             with lock:
                 in_flight[0] -= 1
 
-    monkeypatch.setattr(math_module, "_verify", tracked)
+    monkeypatch.setattr(pool, "call", tracked)
     samples = [Sample(id=f"s{i}", input="expand", target="x^2+2x+1") for i in range(6)]
     outputs = [_output("ANSWER: (x+1)^2") for _ in samples]
     log = _scored_eval(samples, outputs, tmp_path, max_samples=6)
     assert [s.scores["math_verifier"].value for s in log.samples] == [1.0] * 6
-    assert peak[0] == shared_pool(math_module._SYMBOLIC_MODULES).size
+    assert peak[0] == pool.size
 
 
 def test_a_sample_that_needs_sympy_before_it_has_started_is_deferred_only_when_allowed() -> None:
