@@ -55,6 +55,7 @@ from scorers.workers.zygote import Zygote, ZygoteBroker, ZygoteFailed, reap_late
 __all__ = [
     "DEFAULT_CHUNK",
     "GradingPool",
+    "PreloadEntry",
     "SampleRow",
     "ResultRow",
     "grade_chunk",
@@ -447,14 +448,16 @@ class _Worker:
         reap_later(self.proc, grace_s=30)
 
 
-Preload = tuple[str | tuple[str, str, tuple], ...]
+# a warm zygote's preload: module names, and (module, function, args) warm-ups run once there
+PreloadEntry = str | tuple[str, str, tuple]
+Preload = tuple[PreloadEntry, ...]
 # warm zygotes booted before any pool asked (`prewarm`), each with the broker that owns it:
 # the first pool started with that preload adopts both
 _PREWARMED: dict[Preload, ZygoteBroker] = {}
 _PREWARMED_LOCK = threading.Lock()
 
 
-def prewarm(fork_from: Sequence[str | tuple[str, str, tuple]]) -> None:
+def prewarm(fork_from: Sequence[PreloadEntry]) -> None:
     """Boot the warm zygote for `fork_from` now, in the background, for a pool this process
     will start later with the same `fork_from` (see `GradingPool.start`). One nobody adopts
     ends with this process (its channel closes)."""
@@ -501,7 +504,7 @@ class GradingPool:
         self,
         modules: Iterable[str] = (),
         helpers: Iterable[Sequence[str]] = (),
-        fork_from: Sequence[str | tuple[str, str, tuple]] = (),
+        fork_from: Sequence[PreloadEntry] = (),
     ) -> None:
         """Launch the workers now (not awaited) and have them import `modules`, so their
         start-up overlaps whatever the caller does next (ingest, reading samples); boot the

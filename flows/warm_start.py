@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from flows.grading_pool import DEFAULT_CHUNK, prewarm
+from flows.grading_pool import DEFAULT_CHUNK, PreloadEntry, prewarm
 from scorers.registry import Verifier, get_verifier
 
 __all__ = [
@@ -65,14 +65,14 @@ def verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[
     return found
 
 
-def warm_preload(verifiers: Sequence[Verifier]) -> list[str | tuple[str, str, tuple]]:
+def warm_preload(verifiers: Sequence[Verifier]) -> list[PreloadEntry]:
     """The warm process's preload for these verifiers (empty: none is an Inspect scorer, the
     workers are started as interpreters): the modules the workers import, the code the
     verifiers grade with, and per judge, Inspect's start-up hooks and the judge built once
     (its provider's SDK imported)."""
     if not any(v.spec is not None for v in verifiers):
         return []
-    preload: list[str | tuple[str, str, tuple]] = [*worker_modules(verifiers)]
+    preload: list[PreloadEntry] = [*worker_modules(verifiers)]
     preload += [m for v in verifiers for m in v.code]
     roles = {json.dumps(v.spec.get("roles"), sort_keys=True) for v in verifiers
              if v.spec and v.spec.get("roles")}  # fmt: skip
