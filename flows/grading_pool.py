@@ -34,7 +34,6 @@ import math
 import os
 import pickle
 import queue
-import select
 import signal
 import socket
 import subprocess
@@ -50,7 +49,13 @@ from pathlib import Path
 from typing import Any
 
 from scorers.grade import Grade, SampleView, unscored
-from scorers.workers.zygote import Zygote, ZygoteBroker, ZygoteFailed, reap_later
+from scorers.workers.zygote import (
+    ForkedProcess,
+    Zygote,
+    ZygoteBroker,
+    ZygoteFailed,
+    reap_later,
+)
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -352,41 +357,6 @@ class _Jobs:
 # -- parent side -----------------------------------------------------------------------------
 
 
-class _Forked:
-    """The handle of a worker forked by a zygote (not this process's child: the zygote reaps
-    it). A pidfd names the process itself, so a signal never reaches a recycled pid."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        try:
-            self._fd: int | None = os.pidfd_open(pid)
-        except ProcessLookupError:  # already gone
-            self._fd = None
-
-    def poll(self) -> int | None:
-        """None while it runs; its exit code is the zygote's to know, so -1 once it exited."""
-        if self._fd is None:
-            return -1
-        ready, _, _ = select.select([self._fd], [], [], 0)
-        return -1 if ready else None
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self._fd is not None:
-            ready, _, _ = select.select([self._fd], [], [], timeout)
-            if not ready:
-                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
-            os.close(self._fd)
-            self._fd = None
-        return -1
-
-    def kill(self) -> None:
-        if self._fd is not None:
-            try:
-                signal.pidfd_send_signal(self._fd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
 _FORKED_ENTRY = f"{__name__}:_forked_worker_main"
 
 
@@ -395,7 +365,7 @@ class _Worker:
         self, preload: Sequence[str], broker: ZygoteBroker, zygote: Zygote | None = None
     ) -> None:
         to_broker = broker.channel()
-        self.proc: subprocess.Popen | _Forked
+        self.proc: subprocess.Popen | ForkedProcess
         try:
             self.conn = self._fork(zygote, to_broker) if zygote is not None else None
             if self.conn is None:
@@ -411,7 +381,7 @@ class _Worker:
             pid, conn = zygote.fork(entry=_FORKED_ENTRY)
         except ZygoteFailed:
             return None
-        self.proc = _Forked(pid)
+        self.proc = ForkedProcess(pid)
         try:
             send_handle(conn, to_broker.fileno(), pid)
         except OSError:

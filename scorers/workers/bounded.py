@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import socket
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any
 from scorers.identity.loaded_code import note_helper_sources
 from scorers.workers.zygote import (
     STARTUP_TIMEOUT_S,
+    ForkedProcess,
     RemoteZygote,
     Zygote,
     ZygoteFailed,
@@ -67,11 +67,7 @@ class WorkerFailed(RuntimeError):
 class _Worker:
     def __init__(self, zygote: Zygote | RemoteZygote) -> None:
         self.pid, self.conn = zygote.fork()
-        # A pidfd names this very process: a kill can never hit a recycled pid.
-        try:
-            self.pidfd: int | None = os.pidfd_open(self.pid)
-        except (AttributeError, OSError):
-            self.pidfd = None
+        self.proc = ForkedProcess(self.pid)
 
     def wait_ready(self, timeout: float) -> None:
         if not self.conn.poll(timeout):
@@ -83,16 +79,9 @@ class _Worker:
     def kill(self) -> None:
         """SIGKILL now; the zygote (its parent) reaps it, so the caller never waits."""
         try:
-            if self.pidfd is not None:
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            else:
-                os.kill(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, OSError):
-            pass  # already gone
+            self.proc.kill()
         finally:
-            if self.pidfd is not None:
-                os.close(self.pidfd)
-                self.pidfd = None
+            self.proc.close()
             self.conn.close()
 
 
@@ -334,8 +323,7 @@ class BoundedPool:
         self._closed = True
         for worker in self._idle:
             worker.conn.close()
-            if worker.pidfd is not None:
-                os.close(worker.pidfd)
+            worker.proc.close()
         self._idle = []
         if self._zygote is not None:
             self._zygote.drop_in_child()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -45,6 +46,7 @@ from scorers.identity import loaded_code
 
 __all__ = [
     "STARTUP_TIMEOUT_S",
+    "ForkedProcess",
     "WORKER_MEMORY_BYTES",
     "RemoteZygote",
     "Zygote",
@@ -204,6 +206,55 @@ class Zygote:
         """Closing its channel makes the zygote exit, and its workers die with it."""
         self._chan.close()
         reap_later(self.proc, grace_s=5)
+
+
+class ForkedProcess:
+    """A process a zygote forked: the zygote's child, not ours (the zygote reaps it). It is
+    handled through a pidfd, which names this very process, so a signal never reaches a
+    recycled pid; where there is none, through its pid. Has what `reap_later` needs of a
+    `subprocess.Popen`."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._gone = False
+        try:
+            self._fd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # already gone
+            self._fd, self._gone = None, True
+        except (AttributeError, OSError):  # no pidfd here
+            self._fd = None
+
+    def poll(self) -> int | None:
+        """None while it runs; its exit code is the zygote's to know, so -1 once it exited
+        (or when there is no pidfd to tell)."""
+        if self._fd is None:
+            return -1
+        ready, _, _ = select.select([self._fd], [], [], 0)
+        return -1 if ready else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._fd is not None:
+            ready, _, _ = select.select([self._fd], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            self.close()
+        return -1
+
+    def kill(self) -> None:
+        """SIGKILL now; the zygote reaps it, so the caller never waits."""
+        try:
+            if self._fd is not None:
+                signal.pidfd_send_signal(self._fd, signal.SIGKILL)
+            elif not self._gone:
+                os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, OSError):
+            pass  # already gone
+
+    def close(self) -> None:
+        """Let go of the pidfd (the process is not signalled)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def reap_later(proc: subprocess.Popen, grace_s: float) -> None:
