@@ -83,10 +83,6 @@ class _SampleTimeout(Exception):
     pass
 
 
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise _SampleTimeout
-
-
 def short_traceback(exc: BaseException, limit: int = 1500) -> str:
     """The last frames of `exc`'s traceback, at most `limit` characters."""
     text = "".join(traceback.format_exception(exc, limit=-4)).strip()
@@ -95,27 +91,8 @@ def short_traceback(exc: BaseException, limit: int = 1500) -> str:
 
 def grade_one(grade: Callable[[SampleView], Grade], view: SampleView, timeout_s: float) -> Grade:
     """Call a verifier on one sample; never raises (a failure becomes an unscored Grade)."""
-    use_alarm = timeout_s > 0 and hasattr(signal, "setitimer")
-    try:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, timeout_s)
-        result = grade(view)
-        if not isinstance(result, Grade):
-            return unscored(
-                "verifier_error", f"verifier returned {type(result).__name__}, not a Grade"
-            )
-        return result
-    except _SampleTimeout:
-        return unscored("timeout", f"verifier did not finish within {timeout_s:g}s")
-    except Exception as exc:
-        return unscored(
-            "verifier_error",
-            f"verifier raised {type(exc).__name__}: {str(exc)[:200]}",
-            traceback=short_traceback(exc),
-        )
-    finally:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+    with _ChunkLimit(timeout_s) as limit:
+        return limit.grade(grade, view)
 
 
 def grade_chunk(
@@ -135,46 +112,97 @@ def grade_chunk(
     grade_rows = getattr(grade, "grade_rows", None)
     if grade_rows is not None:
         return grade_rows(rows, timeout_s)
-    # SIGALRM is delivered to the main thread only: elsewhere the per-sample limit is off and
-    # the verifier's own bounds are what hold (the math verifier's are hard)
-    if threading.current_thread() is not threading.main_thread():
-        timeout_s = 0.0
-    if timeout_s > 0 and hasattr(signal, "setitimer"):
-        signal.signal(signal.SIGALRM, _on_alarm)
     out: list[ResultRow] = []
-    for completion, target, metadata, sample_id, *state in rows:
-        t0 = time.perf_counter()
-        view = SampleView(
-            completion=completion or "",
-            target=list(target or []),
-            metadata=_loads(metadata),
-            sample_id=sample_id,
-            may_defer=may_defer,
-            state=state[0] if state else None,
-        )
-        g = grade_one(grade, view, timeout_s)
-        if g.status == "deferred" and not may_defer:
-            g = unscored("verifier_error", "verifier deferred a sample it was told to grade")
-        value = g.value if g.status == "scored" else None
-        if value is not None and math.isnan(value):
-            value = None
-        out.append(
-            (
-                g.status,
-                value,
-                g.answer,
-                g.explanation,
-                g.reason,
-                _metadata_json(g.metadata),
-                time.perf_counter() - t0,
+    clock = time.perf_counter
+    with _ChunkLimit(timeout_s) as limit:
+        for row in rows:
+            t0 = clock()
+            completion, target, metadata, sample_id = row[0], row[1], row[2], row[3]
+            view = SampleView(
+                completion or "",
+                list(target) if target else [],
+                _loads(metadata),
+                sample_id,
+                may_defer,
+                None,
+                row[4] if len(row) > 4 else None,
             )
-        )
+            g = limit.grade(grade, view)
+            status = g.status
+            if status == "deferred" and not may_defer:
+                g = unscored("verifier_error", "verifier deferred a sample it was told to grade")
+                status = g.status
+            value = g.value if status == "scored" else None
+            if value is not None and math.isnan(value):
+                value = None
+            out.append(
+                (status, value, g.answer, g.explanation, g.reason, _metadata_json(g.metadata),
+                 clock() - t0)
+            )  # fmt: skip
     return out
+
+
+class _ChunkLimit:
+    """The per-sample limit for a whole chunk: one periodic SIGALRM for the chunk (two timer
+    syscalls per sample add up over hundreds of thousands), whose handler raises in the
+    verifier only while a sample is past its limit. A sample is stopped within a tick of it.
+    Off when `timeout_s` is 0 or off the main thread (SIGALRM reaches the main thread only:
+    there the verifier's own bounds are what hold, and the math verifier's are hard)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.active = (
+            timeout_s > 0
+            and hasattr(signal, "setitimer")
+            and threading.current_thread() is threading.main_thread()
+        )
+        self.started: float | None = None  # the sample being graded's start, if any
+        self._old: Any = None
+
+    def __enter__(self) -> _ChunkLimit:
+        if self.active:
+            tick = max(0.01, min(1.0, self.timeout_s / 10))
+            self._old = signal.signal(signal.SIGALRM, self._on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, tick, tick)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        started = self.started
+        if started is not None and time.perf_counter() - started > self.timeout_s:
+            self.started = None
+            raise _SampleTimeout
+
+    def grade(self, grade: Callable[[SampleView], Grade], view: SampleView) -> Grade:
+        """`grade(view)`; never raises (a failure or overrun becomes an unscored Grade)."""
+        try:
+            self.started = time.perf_counter()
+            result = grade(view)
+            self.started = None
+            if not isinstance(result, Grade):
+                return unscored(
+                    "verifier_error", f"verifier returned {type(result).__name__}, not a Grade"
+                )
+            return result
+        except _SampleTimeout:
+            return unscored("timeout", f"verifier did not finish within {self.timeout_s:g}s")
+        except Exception as exc:
+            return unscored(
+                "verifier_error",
+                f"verifier raised {type(exc).__name__}: {str(exc)[:200]}",
+                traceback=short_traceback(exc),
+            )
+        finally:
+            self.started = None
 
 
 _JSON_MEMO: dict[tuple, str] = {}
 _JSON_MEMO_MAX = 256
-_PLAIN = (str, int, float, bool, type(None))
+_PLAIN = frozenset((str, int, float, bool, type(None)))
 
 
 def _metadata_json(meta: dict[str, Any]) -> str:
@@ -183,13 +211,16 @@ def _metadata_json(meta: dict[str, Any]) -> str:
     types are part of the key: 1, 1.0 and True are equal but encode differently."""
     if not meta:
         return "{}"
-    if not all(type(v) in _PLAIN for v in meta.values()):
+    values = tuple(meta.values())
+    types = tuple(map(type, values))
+    key = (tuple(meta), types, values)
+    try:
+        text = _JSON_MEMO.get(key)
+    except TypeError:  # an unhashable value (a list, a dict): not one of the common few
         return json.dumps(meta, default=str)
-    key = tuple((k, type(v), v) for k, v in meta.items())
-    text = _JSON_MEMO.get(key)
     if text is None:
         text = json.dumps(meta, default=str)
-        if len(_JSON_MEMO) < _JSON_MEMO_MAX and len(text) <= 200:
+        if len(_JSON_MEMO) < _JSON_MEMO_MAX and len(text) <= 200 and _PLAIN.issuperset(types):
             _JSON_MEMO[key] = text
     return text
 
