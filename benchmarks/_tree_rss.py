@@ -16,7 +16,10 @@ began, such as a server started earlier, are not counted). Two readings:
 
 Pages shared copy-on-write (a zygote's forked workers) count once per process in both, so both
 err high. `peak_pss_bytes`, the largest sum of proportional set sizes at one poll, splits shared
-pages between their processes: what the tree held at once, as far as the polls saw. Linux only.
+pages between their processes: what the tree held at once, as far as the polls saw. PSS is read
+at every `pss_every`-th poll only: reading it walks each process's page tables (milliseconds for
+a process of a few hundred MB), and the polling thread runs in the measured process, on the
+cores the measured work needs. Linux only.
 """
 
 from __future__ import annotations
@@ -66,8 +69,10 @@ def _parent(pid: int) -> int | None:
 class TreeRss:
     """Polls the tree every `interval_s` seconds on a daemon thread while the block runs."""
 
-    def __init__(self, interval_s: float = 0.1) -> None:
+    def __init__(self, interval_s: float = 0.1, pss_every: int = 10) -> None:
         self.interval_s = interval_s
+        self.pss_every = max(1, pss_every)
+        self._polls = 0
         self.root = os.getpid()
         self.peak_sum_bytes = 0
         self.peak_pss_bytes = 0
@@ -100,18 +105,23 @@ class TreeRss:
                     todo.append(child)
         return tree
 
-    def poll(self) -> None:
-        total = pss = 0
+    def poll(self, *, pss: bool | None = None) -> None:
+        """One reading; `pss`: read PSS too (default: at every `pss_every`-th poll)."""
+        if pss is None:
+            pss = self._polls % self.pss_every == 0
+        self._polls += 1
+        total = pss_kb = 0
         for pid in [self.root, *(self._descendants() - self._before)]:
             got = _status_kb(pid)
             if got is None:
                 continue
             rss, hwm = got
             total += rss
-            pss += _pss_kb(pid)
+            if pss:
+                pss_kb += _pss_kb(pid)
             self._hwm_kb[pid] = max(self._hwm_kb.get(pid, 0), hwm)
         self.peak_sum_bytes = max(self.peak_sum_bytes, 1024 * total)
-        self.peak_pss_bytes = max(self.peak_pss_bytes, 1024 * pss)
+        self.peak_pss_bytes = max(self.peak_pss_bytes, 1024 * pss_kb)
         self.processes = len(self._hwm_kb)
 
     def _run(self) -> None:
@@ -133,4 +143,4 @@ class TreeRss:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.poll()
+        self.poll(pss=True)
