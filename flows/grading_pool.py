@@ -460,21 +460,44 @@ _PREWARMED_LOCK = threading.Lock()
 
 def prewarm(fork_from: Sequence[PreloadEntry]) -> None:
     """Boot the warm zygote for `fork_from` now, in the background, for a pool this process
-    will start later with the same `fork_from` (see `GradingPool.start`). One nobody adopts
-    ends with this process (its channel closes)."""
+    will start later with a preload it covers (see `covers`, `GradingPool.start`). One nobody
+    adopts ends with this process (its channel closes)."""
     key = tuple(fork_from)
     with _PREWARMED_LOCK:
-        if key in _PREWARMED:
+        if any(covers(early, key) for early in _PREWARMED):
             return
+        superseded = list(_PREWARMED.values())  # booted from less: no pool will adopt them
+        _PREWARMED.clear()
         broker = _PREWARMED[key] = ZygoteBroker()
+    for old in superseded:
+        old.close()
     threading.Thread(
         target=_quietly, args=(partial(broker.zygote, key),), daemon=True, name="warm-zygote"
     ).start()
 
 
-def _adopt(key: Preload) -> ZygoteBroker | None:
+def covers(early: Sequence[PreloadEntry], wanted: Sequence[PreloadEntry]) -> bool:
+    """Whether workers forked from a zygote booted with `early` serve a pool that asks for
+    `wanted`: every warm-up `early` ran is one `wanted` asks for (a judge built with other
+    roles would be the wrong warm-up), and what `wanted` adds are module names, which the
+    workers import themselves (cheap once the zygote imported Inspect)."""
+    early_set, wanted_set = set(early), set(wanted)
+    return all(isinstance(e, str) or e in wanted_set for e in early_set) and all(
+        isinstance(e, str) for e in wanted_set - early_set
+    )
+
+
+def _adopt(key: Preload) -> tuple[Preload, ZygoteBroker] | None:
+    """The warm zygote booted early that serves `key` (its preload, and the broker that owns
+    it); early ones that do not are closed, so their boots stop taking CPU from the stage."""
     with _PREWARMED_LOCK:
-        return _PREWARMED.pop(key, None)
+        found = next((early for early in _PREWARMED if covers(early, key)), None)
+        adopted = (found, _PREWARMED.pop(found)) if found is not None else None
+        others = list(_PREWARMED.values())
+        _PREWARMED.clear()
+    for broker in others:
+        broker.close()
+    return adopted
 
 
 class GradingPool:
@@ -519,9 +542,10 @@ class GradingPool:
             self._warm = tuple(fork_from)
             adopted = _adopt(self._warm) if not self._procs else None
             if adopted is not None:  # booting since before this pool existed: take it over
+                self._warm, broker = adopted
                 with self._lock:
                     self._broker.close()
-                    self._broker = adopted
+                    self._broker = broker
         for preload in helpers:
             threading.Thread(
                 target=_quietly, args=(partial(self._broker.zygote, tuple(preload)),),

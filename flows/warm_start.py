@@ -14,6 +14,7 @@ from scorers.registry import Verifier, get_verifier
 
 __all__ = [
     "EARLY_START_CHUNKS",
+    "early_preload",
     "expected_samples",
     "prewarm_for",
     "verifiers_for",
@@ -27,16 +28,27 @@ EARLY_START_CHUNKS = 2
 
 
 def expected_samples(logs: Sequence[str]) -> int:
-    """Samples the logs' headers announce (unreadable logs count 0: ingest reports them)."""
-    from warehouse.logs import read_header
+    """Samples the logs' headers announce (unreadable logs count 0: ingest reports them). A
+    local `.eval` header is read without Inspect (warehouse.zip_members): this decides whether
+    to boot a warm process, and waiting for Inspect's import first would delay that boot."""
+    from warehouse.zip_members import header_json
 
     total = 0
     for path in logs:
+        raw = header_json(str(path)) if str(path).endswith(".eval") else None
         try:
-            spec = read_header(str(path)).eval
+            if raw is not None:
+                spec = raw.get("eval") or {}
+                samples = (spec.get("dataset") or {}).get("samples") or 0
+                epochs = (spec.get("config") or {}).get("epochs") or 1
+            else:
+                from warehouse.logs import read_header
+
+                header = read_header(str(path)).eval
+                samples, epochs = header.dataset.samples or 0, header.config.epochs or 1
+            total += int(samples) * int(epochs)
         except Exception:  # noqa: S112 - an unreadable log is reported by ingest, with its name
             continue
-        total += (spec.dataset.samples or 0) * (spec.config.epochs or 1)
     return total
 
 
@@ -80,6 +92,38 @@ def warm_preload(verifiers: Sequence[Verifier]) -> list[PreloadEntry]:
     return preload
 
 
+def early_preload(entries: Iterable[str] | None) -> list[PreloadEntry]:
+    """A warm process's preload from the command line alone, before any verifier is resolved
+    (resolving one imports Inspect, seconds the warm process could spend booting): the judges
+    of the Inspect scorer specs given as JSON, and Inspect itself for those and for scorer
+    files. Empty when no entry is an Inspect scorer. The stage's pool adopts the process when
+    its own preload (`warm_preload`) asks for the same judges (flows.grading_pool `covers`)."""
+    from scorers.inspect_scorers.specs import is_file_spec
+
+    inspect_scorer = False
+    roles: set[str] = set()
+    for entry in entries or ():
+        if is_file_spec(entry):
+            inspect_scorer = True
+            continue
+        if not entry.startswith("{"):
+            continue
+        try:
+            spec = json.loads(entry)
+        except ValueError:
+            continue  # loading it says why
+        if isinstance(spec, dict):
+            inspect_scorer = True
+            if spec.get("roles"):
+                roles.add(json.dumps(spec["roles"], sort_keys=True))
+    if not inspect_scorer:
+        return []
+    preload: list[PreloadEntry] = ["inspect_ai.scorer"]
+    preload += ["scorers.inspect_scorers.judges"] if roles else []
+    preload += [("flows.warm_start", "warm_judges", (r,)) for r in sorted(roles)]
+    return preload
+
+
 def warm_judges(roles: str) -> None:
     """What a process's first judge call costs before it is made: Inspect's start-up hooks
     (scorers.inspect_scorers.judges.warm_up), and each judge of `roles` (JSON of a spec's
@@ -104,12 +148,23 @@ def worker_modules(verifiers: Sequence[Verifier]) -> list[str]:
 
 
 def prewarm_for(
-    logs: Sequence[str], verifiers: Iterable[str] | None, chunk_size: int = DEFAULT_CHUNK
+    logs: Sequence[str],
+    verifiers: Iterable[str] | None,
+    chunk_size: int = DEFAULT_CHUNK,
+    *,
+    early: Iterable[str] | None = None,
 ) -> None:
     """Boot the warm process for the stage that will score `logs` now, in the background, when
-    that stage will start its workers early (its logs are big enough) and they fork."""
+    that stage will start its workers early (its logs are big enough) and they fork.
+
+    `early`: the command's `--verifier-module` entries, before any is loaded: boot from what
+    they say alone (`early_preload`), or not at all when none is an Inspect scorer (called
+    again once the verifiers are resolved, a boot already under way that serves them stands).
+    """
     if expected_samples(logs) <= EARLY_START_CHUNKS * chunk_size:
         return
-    preload = warm_preload(verifiers_for(logs, verifiers))
+    preload = (
+        early_preload(early) if early is not None else warm_preload(verifiers_for(logs, verifiers))
+    )
     if preload:
         prewarm(preload)

@@ -209,3 +209,75 @@ def test_a_pool_adopts_the_warm_process_booted_before_it(tmp_path: Path) -> None
     while _alive(zygote.proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(zygote.proc.pid), "the warm process outlived its pool"
+
+
+def test_a_warm_process_booted_from_the_command_line_serves_the_resolved_stage(
+    tmp_path: Path,
+) -> None:
+    """`gradebook score` boots the warm process from its `--verifier-module` specs alone, before
+    it resolves them; the stage's fuller preload (the scorer's own module added) adopts that
+    process instead of booting a second one, and a boot whose warm-ups the stage does not ask
+    for (another judge) is closed, not left taking CPU."""
+    from flows import grading_pool
+    from flows.grading_pool import GradingPool, covers, prewarm
+    from flows.warm_start import early_preload
+
+    spec = _spec("http://127.0.0.1:9/v1")
+    early = early_preload([json.dumps(spec), "scorers.math"])
+    judge = ("flows.warm_start", "warm_judges", (json.dumps(spec["roles"], sort_keys=True),))
+    assert early == ["inspect_ai.scorer", "scorers.inspect_scorers.judges", judge]
+    assert early_preload(["scorers.math", "my_verifiers"]) == []  # no Inspect scorer: no boot
+    assert covers(early, ["inspect_ai.scorer._model", *early])
+    other = ("flows.warm_start", "warm_judges", ('{"grader": {"model": "other"}}',))
+    assert not covers(early, ["inspect_ai.scorer", other])  # another judge's warm-up
+
+    (tmp_path / "warm_probe.py").write_text("BOOTED = []\n")
+    sys.path.insert(0, str(tmp_path))
+    first = ["warm_probe"]
+    prewarm(first)
+    broker = grading_pool._PREWARMED[tuple(first)]
+    fuller = ["warm_probe", "json"]
+    prewarm(fuller)  # the CLI again, once the verifiers are resolved: the first boot serves
+    assert list(grading_pool._PREWARMED) == [tuple(first)]
+    pool = GradingPool(2)
+    try:
+        pool.start(["flows.grading_pool"], fork_from=fuller)
+        results: dict = {}
+        pool.map(_pid_grade, [[("a", ["a"], "{}", "1")], [("b", ["c"], "{}", "2")]], 10.0,
+                 results.__setitem__)  # fmt: skip
+        assert [r[0][:2] for _, r in sorted(results.items())] == [("scored", 1.0), ("scored", 0.0)]
+        assert pool._broker is broker and not grading_pool._PREWARMED
+        zygote = pool._warm_zygote
+        assert zygote is not None
+        assert {_ppid(pid) for pid in pool.pids()} == {zygote.proc.pid}
+    finally:
+        pool.close()
+
+    prewarm(["warm_probe", other])
+    stray = grading_pool._PREWARMED[("warm_probe", other)]
+    second = GradingPool(1)
+    try:
+        second.start(["flows.grading_pool"], fork_from=["warm_probe"])
+        assert second._broker is not stray and not grading_pool._PREWARMED
+        assert stray._closed
+    finally:
+        second.close()
+
+
+def test_the_early_boot_decision_reads_a_log_header_without_importing_inspect(
+    shared_data: Path,
+) -> None:
+    """Whether to boot the warm process is decided from the logs' headers before Inspect is
+    imported (importing it first would delay the boot by seconds)."""
+    log = shared_data / "logs" / "log_formats.eval"
+    code = (
+        "import sys; from flows.warm_start import expected_samples; "
+        f"n = expected_samples([{str(log)!r}]); "
+        "print(n, 'inspect_ai' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split()  # fmt: skip
+    from warehouse.logs import read_header
+
+    header = read_header(str(log), fast=False).eval
+    assert out == [str((header.dataset.samples or 0) * (header.config.epochs or 1)), "False"]
