@@ -64,7 +64,6 @@ __all__ = [
     "SampleRow",
     "ResultRow",
     "grade_chunk",
-    "grade_one",
     "prewarm",
 ]
 
@@ -87,12 +86,6 @@ def short_traceback(exc: BaseException, limit: int = 1500) -> str:
     """The last frames of `exc`'s traceback, at most `limit` characters."""
     text = "".join(traceback.format_exception(exc, limit=-4)).strip()
     return text if len(text) <= limit else "..." + text[-limit:]
-
-
-def grade_one(grade: Callable[[SampleView], Grade], view: SampleView, timeout_s: float) -> Grade:
-    """Call a verifier on one sample; never raises (a failure becomes an unscored Grade)."""
-    with _ChunkLimit(timeout_s) as limit:
-        return limit.grade(grade, view)
 
 
 def grade_chunk(

@@ -44,7 +44,6 @@ from flows.grading_pool import (
     ResultRow,
     SampleRow,
     grade_chunk,
-    grade_one,
 )
 from flows.runtime.console import progress_bar
 from flows.runtime.run_owner import record_owner
@@ -73,7 +72,6 @@ __all__ = [
     "ScoreSummaries",
     "grade_batch",
     "grade_chunk",
-    "grade_one",
     "score_flow",
     "stream_grades",
     "score_runs",

@@ -161,10 +161,14 @@ def prewarm_for(
     they say alone (`early_preload`), or not at all when none is an Inspect scorer (called
     again once the verifiers are resolved, a boot already under way that serves them stands).
     """
+    if early is not None:
+        # decided without I/O first: a command with no Inspect scorer spec reads no header here
+        preload = early_preload(early)
+        if preload and expected_samples(logs) > EARLY_START_CHUNKS * chunk_size:
+            prewarm(preload)
+        return
     if expected_samples(logs) <= EARLY_START_CHUNKS * chunk_size:
         return
-    preload = (
-        early_preload(early) if early is not None else warm_preload(verifiers_for(logs, verifiers))
-    )
+    preload = warm_preload(verifiers_for(logs, verifiers))
     if preload:
         prewarm(preload)

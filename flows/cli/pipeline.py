@@ -360,14 +360,15 @@ def score(
         except LogReadError as exc:
             raise _fail(str(exc)) from None
         verifier_module = _with_judges(verifier_module, model_role, entries)
-    if all(p.is_file() for p in logs):
+    files = all(p.is_file() for p in logs)  # not directories of logs
+    if files:
         # an Inspect scorer's warm process boots from the command line alone, while the
         # verifiers are resolved (that imports Inspect too) and the warehouse is checked
         from flows.warm_start import prewarm_for
 
         prewarm_for([str(p) for p in logs], verifier, early=verifier_module or [])
     # decided from the warehouse before Prefect or Inspect are loaded: a no-op costs ~ `sql`
-    if scored_logs is None and all(p.is_file() for p in logs):
+    if scored_logs is None and files:
         from flows.nothing_to_do import nothing_to_score
 
         _load_verifiers(verifier_module, verifier or [], db)
