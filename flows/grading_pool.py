@@ -4,8 +4,10 @@ A worker is a fresh interpreter started with `python -c` (not multiprocessing's 
 re-imports the caller's `__main__` -- for the `gradebook` CLI that is Prefect and Inspect, seconds
 per worker). It imports only this module, `scorers.grade` and the verifier modules it is told to
 preload, so it is ready in a fraction of a second, and it imports them from disk as they are now
-(an edited verifier is what gets run). Each worker has one chunk at a time: a list of compact
-tuples in, a list of compact result tuples out, over a socket pair.
+(an edited verifier is what gets run). Chunks go over a socket pair: a list of compact tuples
+in, a list of compact result tuples out. A worker grades one chunk at a time, except an async
+grade's (an Inspect scorer's): those it grades side by side in one event loop
+(flows.async_grading).
 
 Warm workers: a pool started with `fork_from` (an Inspect scorer's modules and warm-ups)
 boots one zygote (`scorers.workers.zygote`) that imports them once, and forks its workers from
@@ -48,6 +50,7 @@ from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
 from typing import Any
 
+from flows.async_grading import ASYNC_DEPTH, grade_now, is_async, serve
 from scorers.grade import Grade, SampleView, unscored
 from scorers.workers.zygote import (
     ForkedProcess,
@@ -73,6 +76,8 @@ __all__ = [
 SampleRow = tuple[str | None, list[str] | None, str | None, str | None, str | None]
 # (status, value, answer, explanation, reason, metadata JSON, seconds)
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
+# (job, (grade, rows, timeout_s, may_defer, verifier)): a job handed to a worker, decoded
+Job = tuple[int, tuple[Any, ...]]
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
@@ -99,12 +104,11 @@ def grade_chunk(
     Returns one result tuple per row, in order; the caller adds the key columns back. With
     `may_defer`, a row the verifier defers (status "deferred") must be graded again later.
 
-    A grade callable with a `grade_rows(rows, timeout_s)` method grades the chunk itself (an
-    Inspect scorer: async, so its samples are graded concurrently within one event loop).
+    An async grade (an Inspect scorer: flows.async_grading) grades the chunk's samples
+    concurrently within one event loop.
     """
-    grade_rows = getattr(grade, "grade_rows", None)
-    if grade_rows is not None:
-        return grade_rows(rows, timeout_s)
+    if is_async(grade):
+        return grade_now(grade, rows, timeout_s)
     out: list[ResultRow] = []
     clock = time.perf_counter
     with _ChunkLimit(timeout_s) as limit:
@@ -273,20 +277,47 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
         if callable(warm_up):
             threading.Thread(target=_quietly, args=(warm_up,), daemon=True).start()
     busy.clear()
-    while (item := jobs.get()) is not None:
-        job, payload = item
-        busy.set()
-        try:
-            grade, rows, timeout_s, may_defer, verifier = pickle.loads(payload)
-            results = grade_chunk(grade, rows, timeout_s, may_defer)
-            # after grading: a module the verifier imported while grading counts too
-            reply: tuple = (job, "ok", results, _digest_as_loaded(verifier))
-        except Exception as exc:  # e.g. the verifier cannot be unpickled here
-            reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
-        busy.clear()
+
+    def next_job() -> Job | None:
+        """The next job, decoded (one that cannot be is answered with why, here)."""
+        while (item := jobs.get()) is not None:
+            job, payload = item
+            try:
+                return job, pickle.loads(payload)
+            except Exception as exc:  # e.g. the verifier cannot be unpickled here
+                if not send((job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))):
+                    return None
+        return None
+
+    def send(reply: tuple) -> bool:
         try:
             conn.send(reply)
         except OSError:  # the parent went away
+            return False
+        return True
+
+    def sync_job(item: Job) -> bool:
+        job, (grade, rows, timeout_s, may_defer, verifier) = item
+        busy.set()
+        try:
+            results = grade_chunk(grade, rows, timeout_s, may_defer)
+            # after grading: a module the verifier imported while grading counts too
+            reply: tuple = (job, "ok", results, _digest_as_loaded(verifier))
+        except Exception as exc:
+            reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
+        busy.clear()
+        return send(reply)
+
+    while (item := next_job()) is not None:
+        if is_async(item[1][0]):
+            # from now on, chunks are graded side by side in one event loop
+
+            def reply(job: int, results: list[ResultRow], verifier: Any) -> bool:
+                return send((job, "ok", results, _digest_as_loaded(verifier)))
+
+            serve(item, next_job, sync_job, reply, busy)
+            return
+        if not sync_job(item):
             return
 
 
@@ -616,9 +647,11 @@ class GradingPool:
         self._await_workers()
         jobs = _Jobs(chunks, may_defer, done)
         job_verifier = verifier if expect is not None else None
+        # an async grade's worker grades its chunks side by side: it needs more in hand
+        depth = max(self.depth, ASYNC_DEPTH) if is_async(grade) else self.depth
         try:
             for w in list(self._procs):
-                self._fill(w, (grade, job_verifier), timeout_s, jobs)
+                self._fill(w, (grade, job_verifier), timeout_s, jobs, depth)
             while busy := {w.conn: w for w in self._procs if w.jobs}:
                 for conn in wait(list(busy)):
                     w = busy[conn]  # type: ignore[index]
@@ -647,7 +680,7 @@ class GradingPool:
                             meta = json.dumps({"traceback": msg[3]})
                             row = ("unscored", None, None, why[:300], "verifier_error", meta, 0.0)
                             jobs.finish(job, [row] * len(jobs.rows(job)))
-                    self._fill(w, (grade, job_verifier), timeout_s, jobs)
+                    self._fill(w, (grade, job_verifier), timeout_s, jobs, depth)
         except BaseException:
             # interrupted mid-map: the workers' state is unknown; start over next time
             self.close(kill=True)
@@ -660,9 +693,10 @@ class GradingPool:
         grader: tuple[Callable[[SampleView], Grade], Any],
         timeout_s: float,
         jobs: _Jobs,
+        depth: int,
     ) -> None:
         grade, verifier = grader
-        while jobs.todo and len(w.jobs) < self.depth:
+        while jobs.todo and len(w.jobs) < depth:
             job = jobs.todo.pop()
             rows, may_defer = jobs.rows(job), jobs.may_defer(job)
             try:

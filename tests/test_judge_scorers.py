@@ -445,6 +445,7 @@ def test_every_way_a_judge_call_fails_is_grader_failed(
     """In a grading process: 5xx, 429, a call past its timeout, a 200 whose body is not a
     completion, and a refused connection all leave the sample `grader_failed`, with the call's
     error kept; the other samples of the chunk are judged."""
+    from flows.grading_pool import grade_chunk
     from scorers.inspect_scorers.grading import InspectGrade
 
     monkeypatch.setenv("JUDGE_API_KEY", "test")
@@ -467,7 +468,7 @@ def test_every_way_a_judge_call_fails_is_grader_failed(
             for i in (1, 4)
         ]  # fmt: skip
         try:
-            results = InspectGrade(json.dumps(spec)).grade_rows(rows, 30.0)
+            results = grade_chunk(InspectGrade(json.dumps(spec)), rows, 30.0)
         finally:
             judge.recover()
     (status, _, _, explanation, reason, meta, _), second = results

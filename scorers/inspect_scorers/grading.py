@@ -1,16 +1,23 @@
-"""Grading with an Inspect scorer in a scoring worker: rebuild, score, convert; per sample.
+"""Grading one sample with an Inspect scorer: rebuild its TaskState, score it, convert the Score.
 
-`InspectGrade` is what a `Verifier` for an Inspect scorer calls: a small picklable object that
-names the scorer spec, so a grading worker (flows.grading_pool) resolves the scorer itself, once
-per process (an installed scorer by registry name, a file the parent was given through the
-recording loader). A chunk is graded in one event loop with up to CONCURRENCY samples in flight
-(an async scorer that waits, e.g. on a judge, does not hold the others up).
+This module decides an Inspect scorer's verdicts in gradebook, so it is part of every Inspect
+scorer's fingerprint (`Verifier.code`), beside the scorer's own code: changing it is a new
+verifier version, and every stored score of an Inspect scorer is graded again. How samples are
+scheduled (the event loop a grading worker keeps, how many samples are in flight, the watchdog
+that stops a scorer busy past its limit) belongs to the worker (flows.async_grading), outside
+this module, so that changing it grades nothing again.
+
+`InspectGrade` is what a `Verifier` for an Inspect scorer grades with: a small picklable object
+that names the scorer spec. A grading process binds it once (`bind`: the scorer created from the
+spec, an installed scorer by registry name or a file the parent was given through the recording
+loader; its judges built and bound to their model roles), then grades each sample with
+`grade_row`.
 
 Per-sample isolation, as for gradebook's own verifiers:
 - a scorer that raises leaves the sample `unscored`, reason `verifier_error`, with a short
   traceback in the row's metadata; one that runs past the limit, `timeout` (an await is
-  cancelled; a scorer busy in Python code is interrupted by a SIGALRM watchdog that raises in
-  that sample's own frames);
+  cancelled; a scorer busy in Python code is interrupted by the worker's watchdog, which raises
+  a TimeoutError in that sample's task);
 - `Score.unscored` or a NaN value is `unscored` with the scorer's own reason; a value nobody can
   read as a number is `unscored`, `unconvertible_value` (warehouse.score_values);
 - a sample stored before the warehouse kept what a TaskState needs is `unscored`,
@@ -21,13 +28,14 @@ Per-sample isolation, as for gradebook's own verifiers:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import math
-import signal
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,23 +44,17 @@ from scorers.inspect_scorers.judges import (
     GRADER_FAILED,
     VERDICT_UNPARSEABLE,
     JudgeCalls,
-    bound_roles,
+    bind_roles,
     build_judges,
     recording,
 )
 
-__all__ = ["CONCURRENCY", "InspectGrade"]
-
-CONCURRENCY = 32  # samples of one chunk in flight at once in a worker's event loop
+__all__ = ["Bound", "CannotGrade", "InspectGrade", "grade_row"]
 
 # (status, value, answer, explanation, reason, metadata JSON, seconds): flows.grading_pool's
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
 _SCORERS: dict[str, Any] = {}  # spec JSON -> the created Inspect scorer (this process)
-
-
-class _SampleTimeout(Exception):
-    pass
 
 
 def _short_traceback(exc: BaseException, limit: int = 1500) -> str:
@@ -63,6 +65,37 @@ def _short_traceback(exc: BaseException, limit: int = 1500) -> str:
 def _unscored(reason: str, explanation: str, t0: float, **meta: Any) -> ResultRow:
     return ("unscored", None, None, explanation[:300], reason, json.dumps(meta),
             time.perf_counter() - t0)  # fmt: skip
+
+
+class CannotGrade(Exception):
+    """The scorer cannot grade in this process at all; `row` is what each sample gets."""
+
+    def __init__(self, row: ResultRow) -> None:
+        super().__init__(row[3])
+        self.row = row
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An Inspect scorer ready to grade in this process: created, its judges built and bound.
+
+    `context`: where a sample is graded, the judges bound there as Inspect's model roles. Run
+    each sample in a copy of it (`asyncio.create_task(..., context=bound.context.copy())`): a
+    sample sets context variables of its own (its store, its judge-call recording).
+    """
+
+    scorer: Any
+    models: dict[str, Any]
+    context: contextvars.Context
+
+    def max_connections(self) -> int:
+        """The most judge calls this process makes at once (0: the scorer has no judge)."""
+        return max((m.config.max_connections or 0 for m in self.models.values()), default=0)
+
+    async def aclose(self) -> None:
+        """Close the judges' clients: they belong to the event loop that used them."""
+        for model in self.models.values():
+            await model.__aexit__(None, None, None)
 
 
 @dataclass(frozen=True)
@@ -95,23 +128,52 @@ class InspectGrade:
             found = _SCORERS[self.spec] = factory(**dict(spec.params))
         return found
 
-    def __call__(self, view: SampleView) -> Grade:
-        row = (view.completion, view.targets, json.dumps(view.metadata), view.sample_id,
-               view.state)  # fmt: skip
-        status, value, answer, explanation, reason, meta, _ = self.grade_rows([row], 0.0)[0]
-        return Grade(status, value, answer, explanation, reason, json.loads(meta))  # type: ignore[arg-type]
+    def bind(self) -> Bound:
+        """The scorer and its judges, ready to grade here (call it within the event loop that
+        will grade: the judges' clients belong to it).
 
-    def grade_rows(self, rows: Sequence[Sequence[Any]], timeout_s: float) -> list[ResultRow]:
-        """One result per row (flows.grading_pool's SampleRow), in order; never raises."""
+        Raises:
+            CannotGrade: the scorer cannot be created here (every sample `verifier_error`), or
+                a judge cannot be built (every sample `grader_failed`).
+        """
+        t0 = time.perf_counter()
         try:
             scorer = self.scorer()
-        except Exception as exc:  # noqa: BLE001 - the whole chunk is unscored, with why
-            t0 = time.perf_counter()
+        except Exception as exc:  # noqa: BLE001 - every sample is unscored, with why
             why = f"scorer could not be created here: {type(exc).__name__}: {exc}"
-            return [_unscored("verifier_error", why, t0, traceback=_short_traceback(exc))] * len(
-                rows
-            )
-        return _run(_grade_all(scorer, rows, timeout_s, self.roles(), self.processes))
+            raise CannotGrade(
+                _unscored("verifier_error", why, t0, traceback=_short_traceback(exc))
+            ) from exc
+        try:
+            models = build_judges(self.roles(), self.processes)
+        except Exception as exc:  # noqa: BLE001 - a judge that cannot be created: each sample says so
+            why = f"the judge could not be created: {type(exc).__name__}: {str(exc)[:200]}"
+            raise CannotGrade(_unscored(GRADER_FAILED, why, t0)) from exc
+        context = contextvars.copy_context()
+        context.run(bind_roles, models)
+        return Bound(scorer, models, context)
+
+    def __call__(self, view: SampleView) -> Grade:
+        """One sample, in an event loop of its own (a caller outside the scoring stage). The
+        limit of a scorer busy in Python code is the caller's to enforce here."""
+        row = (view.completion, view.targets, json.dumps(view.metadata), view.sample_id,
+               view.state)  # fmt: skip
+        status, value, answer, explanation, reason, meta, _ = _run(_grade_one(self, row))
+        return Grade(status, value, answer, explanation, reason, json.loads(meta))  # type: ignore[arg-type]
+
+
+async def _grade_one(grade: InspectGrade, row: Sequence[Any]) -> ResultRow:
+    try:
+        bound = grade.bind()
+    except CannotGrade as exc:
+        return exc.row
+    try:
+        task = asyncio.get_running_loop().create_task(
+            grade_row(bound, row, 0.0), context=bound.context.copy()
+        )
+        return await task
+    finally:
+        await bound.aclose()
 
 
 def _run(coro: Any) -> Any:
@@ -127,43 +189,19 @@ def _run(coro: Any) -> Any:
     return result[0]
 
 
-async def _grade_all(
-    scorer: Any,
-    rows: Sequence[Sequence[Any]],
-    timeout_s: float,
-    roles: dict[str, Any],
-    processes: int,
-) -> list[Any]:
-    try:
-        models = build_judges(roles, processes)
-    except Exception as exc:  # noqa: BLE001 - a judge that cannot be created: every sample says so
-        t0 = time.perf_counter()
-        why = f"the judge could not be created: {type(exc).__name__}: {str(exc)[:200]}"
-        return [_unscored(GRADER_FAILED, why, t0)] * len(rows)
-    # enough samples in flight to keep every judge connection busy
-    share = max((m.config.max_connections or 0 for m in models.values()), default=0)
-    limit = asyncio.Semaphore(max(CONCURRENCY, share))
-    watchdog = _Watchdog(timeout_s)
-    async with bound_roles(models):
-        with watchdog:
-            return list(
-                await asyncio.gather(
-                    *(
-                        _one(scorer, i, row, timeout_s, limit, watchdog)
-                        for i, row in enumerate(rows)
-                    )  # fmt: skip
-                )
-            )
-
-
-async def _one(
-    scorer: Any,
-    index: int,
+async def grade_row(
+    bound: Bound,
     row: Sequence[Any],
     timeout_s: float,
-    limit: asyncio.Semaphore,
-    watchdog: _Watchdog,
+    watch: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> ResultRow:
+    """Grade one sample (flows.grading_pool's SampleRow) in a task running in a copy of
+    `bound.context`; never raises.
+
+    `timeout_s`: the scorer's limit (0: none); an await past it is cancelled. `watch`: a
+    context manager around the scorer's call within which the caller may raise a TimeoutError
+    in this task (a scorer busy in Python code never reaches an await to be cancelled at).
+    """
     from inspect_ai.util._store import init_subtask_store
 
     from scorers.inspect_scorers.task_state import StateNotStored, rebuild_state
@@ -171,76 +209,71 @@ async def _one(
     values = _conversion()
 
     completion, targets, metadata, sample_id, *rest = row
-    async with limit:
-        t0 = time.perf_counter()
-        try:
-            meta = json.loads(metadata) if metadata else {}
-            state, target, reads = rebuild_state(
-                rest[0] if rest else None, completion, targets,
-                meta if isinstance(meta, dict) else {}, sample_id,
-            )  # fmt: skip
-        except StateNotStored:
-            return _unscored(
-                "state_not_stored",
-                "stored before the warehouse kept choices and messages (migration 10): "
-                "ingest its log into a new warehouse to grade it with an Inspect scorer",
-                t0,
-            )
-        except Exception as exc:  # noqa: BLE001 - a sample the rebuild cannot read
-            return _unscored(
-                "verifier_error", f"cannot rebuild the TaskState: {type(exc).__name__}: {exc}",
-                t0, traceback=_short_traceback(exc),
-            )  # fmt: skip
-        init_subtask_store(state.store)
-        watchdog.start(index)
-        with recording() as calls:
-            try:
-                # asyncio.timeout, not wait_for: the scorer runs in this task, so its frames are
-                # under this one's on the stack, where the watchdog looks
-                async with asyncio.timeout(timeout_s if timeout_s > 0 else None):
-                    score = await scorer(state, target)
-            except (_SampleTimeout, TimeoutError):
-                if calls.failed():
-                    return _judge_failed(calls, f"no reply within {timeout_s:g}s", t0)
-                return _unscored("timeout", f"scorer did not finish within {timeout_s:g}s", t0)
-            except Exception as exc:  # noqa: BLE001 - per-sample fault isolation
-                if calls.failed():
-                    return _judge_failed(calls, calls.last_error() or str(exc)[:200], t0)
-                return _unscored(
-                    "verifier_error",
-                    f"scorer raised {type(exc).__name__}: {str(exc)[:200]}",
-                    t0,
-                    traceback=_short_traceback(exc),
-                    **_judge_meta(calls),
-                )
-            finally:
-                watchdog.stop(index)
-        if reads:
-            return _unscored(
-                "choice_marks_unknown",
-                "the scorer reads which choices the model picked, and the log does not keep "
-                "them (its solver plan has no multiple_choice step to rebuild them from)",
-                t0,
-            )
-        if score is None:
-            return _unscored("no_score", "the scorer returned no score", t0)
-        row_fields = values.score_fields(score)[0]
-        value = row_fields.value
-        if value is not None and math.isnan(value):
-            value = None
-        reason = row_fields.reason
-        if row_fields.status == "unscored" and reason == GRADER_FAILED and calls.answered():
-            # the judge answered; its reply holds no verdict the scorer can read
-            reason = VERDICT_UNPARSEABLE
-        return (
-            row_fields.status,
-            value,
-            row_fields.answer,
-            row_fields.explanation,
-            reason,
-            values.metadata_json({**row_fields.metadata, **_judge_meta(calls)}),
-            time.perf_counter() - t0,
+    t0 = time.perf_counter()
+    try:
+        meta = json.loads(metadata) if metadata else {}
+        state, target, reads = rebuild_state(
+            rest[0] if rest else None, completion, targets,
+            meta if isinstance(meta, dict) else {}, sample_id,
+        )  # fmt: skip
+    except StateNotStored:
+        return _unscored(
+            "state_not_stored",
+            "stored before the warehouse kept choices and messages (migration 10): "
+            "ingest its log into a new warehouse to grade it with an Inspect scorer",
+            t0,
         )
+    except Exception as exc:  # noqa: BLE001 - a sample the rebuild cannot read
+        return _unscored(
+            "verifier_error", f"cannot rebuild the TaskState: {type(exc).__name__}: {exc}",
+            t0, traceback=_short_traceback(exc),
+        )  # fmt: skip
+    init_subtask_store(state.store)
+    with recording() as calls:
+        try:
+            with watch():
+                async with asyncio.timeout(timeout_s if timeout_s > 0 else None):
+                    score = await bound.scorer(state, target)
+        except TimeoutError:
+            if calls.failed():
+                return _judge_failed(calls, f"no reply within {timeout_s:g}s", t0)
+            return _unscored("timeout", f"scorer did not finish within {timeout_s:g}s", t0)
+        except Exception as exc:  # noqa: BLE001 - per-sample fault isolation
+            if calls.failed():
+                return _judge_failed(calls, calls.last_error() or str(exc)[:200], t0)
+            return _unscored(
+                "verifier_error",
+                f"scorer raised {type(exc).__name__}: {str(exc)[:200]}",
+                t0,
+                traceback=_short_traceback(exc),
+                **_judge_meta(calls),
+            )
+    if reads:
+        return _unscored(
+            "choice_marks_unknown",
+            "the scorer reads which choices the model picked, and the log does not keep "
+            "them (its solver plan has no multiple_choice step to rebuild them from)",
+            t0,
+        )
+    if score is None:
+        return _unscored("no_score", "the scorer returned no score", t0)
+    row_fields = values.score_fields(score)[0]
+    value = row_fields.value
+    if value is not None and math.isnan(value):
+        value = None
+    reason = row_fields.reason
+    if row_fields.status == "unscored" and reason == GRADER_FAILED and calls.answered():
+        # the judge answered; its reply holds no verdict the scorer can read
+        reason = VERDICT_UNPARSEABLE
+    return (
+        row_fields.status,
+        value,
+        row_fields.answer,
+        row_fields.explanation,
+        reason,
+        values.metadata_json({**row_fields.metadata, **_judge_meta(calls)}),
+        time.perf_counter() - t0,
+    )
 
 
 def _judge_meta(calls: JudgeCalls) -> dict[str, Any]:
@@ -265,49 +298,3 @@ def _conversion() -> Any:
     import importlib
 
     return importlib.import_module("warehouse.score_values")
-
-
-class _Watchdog:
-    """Per-sample time limits for scorers that never await: a periodic SIGALRM (main thread
-    only) raises `_SampleTimeout` when the sample running on the stack is past its limit; the
-    exception unwinds that sample's own frames and no other's."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.started: dict[int, float] = {}
-        self.active = (
-            timeout_s > 0
-            and hasattr(signal, "setitimer")
-            and threading.current_thread() is threading.main_thread()
-        )
-        self._old: Any = None
-
-    def __enter__(self) -> _Watchdog:
-        if self.active:
-            tick = max(0.05, min(1.0, self.timeout_s / 4))
-            self._old = signal.signal(signal.SIGALRM, self._on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, tick, tick)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.active:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
-
-    def start(self, index: int) -> None:
-        self.started[index] = time.monotonic()
-
-    def stop(self, index: int) -> None:
-        self.started.pop(index, None)
-
-    def _on_alarm(self, signum: int, frame: Any) -> None:
-        now = time.monotonic()
-        while frame is not None:
-            if frame.f_code is _one.__code__:
-                index = frame.f_locals.get("index")
-                began = self.started.get(index) if index is not None else None
-                if began is not None and now - began > self.timeout_s:
-                    self.started.pop(index, None)
-                    raise _SampleTimeout
-                return
-            frame = frame.f_back

@@ -25,8 +25,8 @@ from __future__ import annotations
 import ast
 import math
 import sys
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Mapping
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -36,7 +36,7 @@ __all__ = [
     "GRADER_FAILED",
     "VERDICT_UNPARSEABLE",
     "JudgeCalls",
-    "bound_roles",
+    "bind_roles",
     "build_judges",
     "identity",
     "needs_grader",
@@ -141,23 +141,17 @@ def build_judges(roles: Mapping[str, Any], processes: int = 1) -> dict[str, Any]
     return {name: _judge(name, spec, processes) for name, spec in roles.items()}
 
 
-@asynccontextmanager
-async def bound_roles(models: Mapping[str, Any]) -> AsyncIterator[None]:
-    """Bind the models as Inspect's model roles for the block (this event loop's tasks inherit
-    them), then close their clients (they belong to this event loop).
+def bind_roles(models: Mapping[str, Any]) -> None:
+    """Bind the models as Inspect's model roles in the current context (tasks started in it,
+    or in a copy of it, see them). Close their clients when done with them: they belong to
+    the event loop that used them.
 
     No model is active: a scorer that calls `get_model()` with no role and no model of its own
     fails ("No model specified"), it never reaches the model under test.
     """
     from inspect_ai.model._model import _model_roles
 
-    token = _model_roles.set(dict(models))
-    try:
-        yield
-    finally:
-        _model_roles.reset(token)
-        for model in models.values():
-            await model.__aexit__(None, None, None)
+    _model_roles.set(dict(models))
 
 
 class JudgeCalls:
