@@ -72,6 +72,29 @@ def test_reingest_of_an_unchanged_log_does_not_hash_it(base_log, tmp_path, hashe
     assert rows(wh, "SELECT count(*) FROM samples") == [(12,)]
 
 
+def test_reingest_of_an_unchanged_log_imports_no_inspect(base_log, tmp_path):
+    """A re-run over logs already in (`gradebook score` after a sweep) decides from the
+    archive's header member and a stat: Inspect, seconds of import, is not loaded for it."""
+    import subprocess
+    import sys
+
+    path = settled_copy(base_log, tmp_path / "a.eval")
+    db = tmp_path / "g.duckdb"
+    Warehouse(db).ingest_logs([path])
+    code = (
+        "import sys\n"
+        "from warehouse import Warehouse\n"
+        f"[r] = Warehouse({str(db)!r}).ingest_logs([{str(path)!r}])\n"
+        "print(r.samples_added, r.samples_total, r.run_id, r.task, r.status, r.error)\n"
+        "print('inspect_ai' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         check=True).stdout.split("\n")  # fmt: skip
+    task = base_log.eval.task
+    assert out[:2] == [f"0 12 {base_log.eval.eval_id} {task} success None", "False"], out
+
+
 def _same_size_rewrite(base_log, path: Path, status: str) -> bytes:
     """The bytes of `path` (a .json log) with another status: same size, different content."""
     other = variant(base_log, path.with_suffix(".other.json"), eval_id="rw1", status=status)

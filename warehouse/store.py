@@ -273,8 +273,11 @@ class Warehouse:
     def _ingest_one(
         self, path: str, batch_size: int | None, bar: Any, direct_read: bool
     ) -> IngestResult:
-        # Imported here: reading logs pulls in inspect_ai (seconds), which `gradebook sql` and
-        # the score writers never need.
+        unchanged = self._in_already(path)
+        if unchanged is not None:
+            return unchanged
+        # Imported here: reading logs pulls in inspect_ai (seconds), which `gradebook sql`, the
+        # score writers and a re-run over logs already in never need.
         import warehouse.logs as logs
 
         try:
@@ -376,6 +379,33 @@ class Warehouse:
                 self._upsert_run(con, run, "complete")
                 total = _count_samples(con, run.run_id)
         return result(added, total)
+
+    def _in_already(self, path: str) -> IngestResult | None:
+        """The no-op result for a local `.eval` log stored complete whose file its stat proves
+        unchanged, decided from the archive's header member alone: a re-run over logs already
+        in (`gradebook score` after a sweep) does not import Inspect for nothing. None: read
+        the log the whole way (which also words any error)."""
+        if not path.endswith(".eval"):
+            return None
+        stamp = log_stamps.stamp(path)  # before the header: it vouches only for what is read after
+        if stamp is None:
+            return None
+        from warehouse.zip_members import header_json
+
+        raw = header_json(path)
+        spec = raw.get("eval") if raw is not None else None
+        run_id = spec.get("eval_id") if isinstance(spec, dict) else None
+        if not isinstance(run_id, str) or not run_id:
+            return None
+        stored = self._stored_run(run_id)
+        if stored is None or stored.state != "complete":
+            return None
+        if not log_stamps.proves_unchanged(stored.stamp, stamp):
+            return None
+        return IngestResult(
+            path, run_id, spec.get("task"), spec.get("model"), raw.get("status"),  # type: ignore[union-attr]
+            0, stored.n_samples,
+        )  # fmt: skip
 
     def _stored_run(self, run_id: str) -> _StoredRun | None:
         if not self.path.exists():
