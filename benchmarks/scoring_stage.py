@@ -7,7 +7,9 @@ Rows:
     its ingest step is the idempotent no-op; ingest is timed as its own row) in samples/s,
     against (a) a bare single-process loop calling `is_correct` on the already-extracted answers
     (bar: >= 1.5x on 2 cores) and (b) `inspect_ai.score()` with the same math scorer on the same
-    log (bar: >= 3x). Above 20,000 samples the bare loop grades the 20,000-sample log's
+    log (bar: >= 3x). In the full run the flow and the bare loop run three times each, taking
+    turns, and the row compares their medians (each pair's ratio is printed too): the load of
+    a shared machine drifts over the minutes between two single runs. Above 20,000 samples the bare loop grades the 20,000-sample log's
     pairs once per epoch (the same pairs as the big log's), and the inspect score anchor is
     timed on the 20,000-sample log (the big one's first epoch) and compared per sample: on the
     whole log it would take hours; --quick times it on the log's first 200 samples, per sample.
@@ -35,14 +37,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,7 +55,6 @@ from _common import Row, emit, stage_args, use_bench_prefect  # noqa: E402
 from _tree_rss import TreeRss  # noqa: E402
 
 CACHE = ROOT / ".bench"
-T = TypeVar("T")
 RSS_BAR_BYTES = 1.5e9
 
 
@@ -103,6 +105,7 @@ def _outputs():
 # mockllm costs ~12 ms a sample, and the repeats keep this log's exact mix of right and wrong.
 GENERATED_MAX = 20_000
 INSPECT_QUICK = 200  # --quick: inspect score on this many samples (it grades ~30x slower)
+REPEATS = 3  # the full run: the flow and the bare loop each run this many times, taking turns
 
 
 def build_log(n: int) -> Path:
@@ -253,50 +256,71 @@ def inspect_score(read: Any, read_s: float, limit: int) -> float:
     return (share + time.perf_counter() - t0) / limit
 
 
+_BARE: tuple[list[Any], int] | None = None  # the anchor process's samples and epochs
+
+
 def anchors(
     bare_log: Path, epochs: int, insp_log: Path, insp_limit: int
 ) -> tuple[float, int, float]:
-    """Both anchors in one process: (bare loop seconds, its correct count, inspect score
-    seconds per sample). A log both use is read once."""
+    """Both anchors, in the anchor process: (bare loop seconds, its correct count, inspect
+    score seconds per sample). A log both use is read once; the bare loop's samples are kept
+    for `bare_again`."""
+    global _BARE
     # read_eval_log_samples re-reads the zip per sample (quadratic on a 20,000-sample log)
     bare, bare_read_s = _read(bare_log)
-    bare_s, correct = bare_loop(bare.samples or [], epochs)
+    _BARE = (list(bare.samples or []), epochs)
+    bare_s, correct = bare_loop(*_BARE)
     insp, insp_read_s = (bare, bare_read_s) if insp_log == bare_log else _read(insp_log)
     return bare_s, correct, inspect_score(insp, insp_read_s, insp_limit)
 
 
-def isolated(fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)` in a fresh process: what an anchor reads (a whole log, through Inspect)
-    is not left in this process, whose memory the stage's row measures."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        return ex.submit(fn, *args).result()
+def bare_again() -> tuple[float, int]:
+    """The bare loop once more, in the anchor process, over the samples `anchors` read."""
+    assert _BARE is not None, "anchors() runs first"
+    return bare_loop(*_BARE)
 
 
-def flow_score(log: Path, workers: int) -> tuple[float, float, int, float, TreeRss]:
-    from flows.runtime.console import quiet_prefect
-    from flows.score import ScoreOptions, score_flow, score_runs  # noqa: F401
+def anchor_process() -> ProcessPoolExecutor:
+    """The process the anchors run in: what they read (a whole log, through Inspect) is not
+    left in this process, whose memory the stage's row measures. It stays up between calls,
+    so the bare loop can run again between flow runs without reading the log again."""
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
 
-    quiet_prefect(False)
+
+def ingested(log: Path, tmp: Path) -> tuple[Path, float]:
+    """A warehouse holding the log (not scored), and the seconds the ingest took."""
     from warehouse import Warehouse
 
-    with tempfile.TemporaryDirectory() as tmp:
+    db = tmp / "ingested.duckdb"
+    t0 = time.perf_counter()
+    Warehouse(db).ingest_logs([str(log)])
+    return db, time.perf_counter() - t0
+
+
+def flow_score(
+    log: Path, base: Path, workers: int, again: bool
+) -> tuple[float, int, float, TreeRss]:
+    """The score flow over `log` in a fresh copy of the ingested warehouse `base`: (seconds,
+    correct, seconds of a re-run with nothing left to score (`again`; else 0), memory)."""
+    from flows.score import score_flow
+
+    with tempfile.TemporaryDirectory(dir=base.parent) as tmp:
         db = str(Path(tmp) / "bench.duckdb")
-        # ingest is timed on its own: the anchors start from samples already in memory too
-        t0 = time.perf_counter()
-        Warehouse(db).ingest_logs([str(log)])
-        ingest_s = time.perf_counter() - t0
+        shutil.copy(base, db)
         with TreeRss() as rss:  # the flow's process and every worker and zygote it starts
             t0 = time.perf_counter()
             summaries = score_flow([str(log)], db, ["math"], workers, progress=False)
             total = time.perf_counter() - t0
         correct = sum(s.correct for s in summaries)
-        # the same flow again finds nothing left to score: what is left is its fixed cost
-        # (Prefect flow and task runs, the idempotent ingest, fingerprint, the pool's start)
-        t0 = time.perf_counter()
-        again = score_flow([str(log)], db, ["math"], workers, progress=False)
-        fixed_s = time.perf_counter() - t0
-        assert sum(s.written for s in again) == 0, "a re-run wrote scores again"
-    return total, ingest_s, correct, fixed_s, rss
+        fixed_s = 0.0
+        if again:
+            # the same flow again finds nothing left to score: what is left is its fixed cost
+            # (Prefect flow and task runs, the idempotent ingest, fingerprint, the pool's start)
+            t0 = time.perf_counter()
+            rerun = score_flow([str(log)], db, ["math"], workers, progress=False)
+            fixed_s = time.perf_counter() - t0
+            assert sum(s.written for s in rerun) == 0, "a re-run wrote scores again"
+    return total, correct, fixed_s, rss
 
 
 def _right_answers(model: str, messages: list[dict]) -> str:
@@ -396,22 +420,47 @@ def main() -> None:
     # INSPECT_QUICK of this log) and compared per sample.
     epochs = n // GENERATED_MAX if n > GENERATED_MAX else 1
     insp_n = min(n, INSPECT_QUICK if args.quick else GENERATED_MAX)
-    bare_s, bare_correct, insp_per_sample = isolated(
-        anchors, build_log(GENERATED_MAX) if epochs > 1 else log, epochs,
-        build_log(min(n, GENERATED_MAX)), insp_n,
-    )  # fmt: skip
-    insp_s = insp_per_sample * n
     where = "epoch 1 of this log" if n > GENERATED_MAX else "this log's first samples"
     insp_anchor = "inspect_ai.score()" + (
         f" on {insp_n:,} samples ({where}), per sample" if insp_n < n else ""
     )
-    with prefect_session():  # a local server, set up exactly as the CLI's commands do
-        flow_s, ingest_s, flow_correct, fixed_s, rss = flow_score(log, args.workers)
-    if flow_correct != bare_correct:
-        print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}")
+    # The flow and the bare loop take turns (bare, flow, bare, flow...) and the row compares
+    # their medians: on a shared machine the load drifts over minutes, and two single runs
+    # minutes apart can differ by a fifth for that alone.
+    repeats = 1 if args.quick else REPEATS
+    from flows.runtime.console import quiet_prefect
+
+    quiet_prefect(False)
+    bare_runs: list[float] = []
+    flow_runs: list[float] = []
+    with anchor_process() as anchor, tempfile.TemporaryDirectory() as tmp_dir:
+        bare_s, bare_correct, insp_per_sample = anchor.submit(
+            anchors, build_log(GENERATED_MAX) if epochs > 1 else log, epochs,
+            build_log(min(n, GENERATED_MAX)), insp_n,
+        ).result()  # fmt: skip
+        bare_runs.append(bare_s)
+        base, ingest_s = ingested(log, Path(tmp_dir))
+        peak, fixed_s = None, 0.0
+        with prefect_session():  # a local server, set up exactly as the CLI's commands do
+            for i in range(repeats):
+                if i:
+                    bare_runs.append(anchor.submit(bare_again).result()[0])
+                flow_s, flow_correct, fixed, rss = flow_score(log, base, args.workers, i == 0)
+                flow_runs.append(flow_s)
+                fixed_s = fixed_s or fixed
+                peak = rss if peak is None or rss.peak_bytes > peak.peak_bytes else peak
+                if flow_correct != bare_correct:
+                    print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}")
+    rss = peak
+    bare_s, flow_s = statistics.median(bare_runs), statistics.median(flow_runs)
+    insp_s = insp_per_sample * n
+    pairs = [b / f for b, f in zip(bare_runs, flow_runs, strict=True)]
+    print("bare loop s: " + ", ".join(f"{b:.1f}" for b in bare_runs)
+          + "; score flow s: " + ", ".join(f"{f:.1f}" for f in flow_runs)
+          + "; ratio per pair: " + ", ".join(f"{r:.2f}" for r in pairs))  # fmt: skip
     rows = [
-        Row("score flow vs bare is_correct loop", n / flow_s, "samples/s",
-            "bare loop, 1 process", n / bare_s, bare_s / flow_s,
+        Row(f"score flow vs bare is_correct loop (median of {repeats}, taking turns)",
+            n / flow_s, "samples/s", "bare loop, 1 process", n / bare_s, bare_s / flow_s,
             f">= 1.5x the bare loop on {args.workers} cores", bare_s / flow_s >= 1.5),
         Row(f"CPU scaling, {args.workers} busy processes (the ceiling for the row above)",
             scaling, "x", "1 process", 1.0, scaling,
