@@ -180,7 +180,7 @@ def grade_now(grade: Any, rows: Sequence[Any], timeout_s: float) -> list[ResultR
 Job = tuple[int, tuple[Any, ...]]
 
 
-def serve(
+async def serve(
     first: Job,
     next_job: Callable[[], Job | None],
     sync_job: Callable[[Job], bool],
@@ -188,7 +188,7 @@ def serve(
     busy: threading.Event,
 ) -> None:
     """A grading worker's loop once an async grade has come: chunks graded side by side in one
-    event loop until the channel closes.
+    event loop (`asyncio.run(serve(...))`) until the channel closes.
 
     `first`: the job that came. `next_job()` blocks for the next one (None: the channel
     closed). `reply(job, results, verifier)` sends a job's results (False: the parent is gone,
@@ -196,16 +196,6 @@ def serve(
     `sync_job` in this thread once the async chunks in hand are done (False: stop). `busy` is
     set while any chunk is in hand.
     """
-    asyncio.run(_serve(first, next_job, sync_job, reply, busy))
-
-
-async def _serve(
-    first: Job,
-    next_job: Callable[[], Job | None],
-    sync_job: Callable[[Job], bool],
-    reply: Callable[[int, list[ResultRow], Any], bool],
-    busy: threading.Event,
-) -> None:
     loop = asyncio.get_running_loop()
     grading = _Grading()
     in_hand: set[asyncio.Task[None]] = set()

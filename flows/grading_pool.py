@@ -30,6 +30,7 @@ Nothing here imports Prefect, Inspect or the warehouse: this module is the worke
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import math
@@ -315,7 +316,7 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
             def reply(job: int, results: list[ResultRow], verifier: Any) -> bool:
                 return send((job, "ok", results, _digest_as_loaded(verifier)))
 
-            serve(item, next_job, sync_job, reply, busy)
+            asyncio.run(serve(item, next_job, sync_job, reply, busy))
             return
         if not sync_job(item):
             return
