@@ -17,7 +17,7 @@ same loop as a started one; when the zygote cannot fork (it failed to boot, or i
 single-threaded) the pool starts interpreters as before.
 
 Fault isolation: a verifier that raises or overruns the per-sample limit makes that sample
-`unscored` (inside the worker); a worker that dies (segfault, OOM kill) makes the chunk it held
+`unscored` (inside the worker); a worker that dies (segfault, OOM kill) makes the chunks it held
 `unscored` and is replaced.
 
 Which code graded: a worker records the exact source of every project module it compiles
