@@ -13,6 +13,11 @@ Rows:
     pairs once per epoch (the same pairs as the big log's), and the inspect score anchor is
     timed on the 20,000-sample log (the big one's first epoch) and compared per sample: on the
     whole log it would take hours; --quick times it on the log's first 200 samples, per sample.
+  - the score flow against the bare loop split over `--workers` processes at once, each with
+    its own sympy worker (informational): the same work on every core with no pipeline around
+    it, so the ratio is the stage's share of an ideal split; and the split loop against the
+    bare loop, what that many processes gain on this work at that moment (the ceiling of the
+    first row, measured on the work itself rather than on a busy loop).
   - peak RSS of the score flow's process tree: the flow's process plus every grading worker,
     zygote and sympy worker it starts, polled from /proc during the flow run (bar: <= 1.5 GB).
     The anchors run in a process of their own, so what they read does not count here.
@@ -266,6 +271,9 @@ def anchors(
     score seconds per sample). A log both use is read once; the bare loop's samples are kept
     for `bare_again`."""
     global _BARE
+    from scorers.math.grader import warm_up
+
+    warm_up()  # sympy's worker boots while the log is read, not in the timed loop
     # read_eval_log_samples re-reads the zip per sample (quadratic on a 20,000-sample log)
     bare, bare_read_s = _read(bare_log)
     _BARE = (list(bare.samples or []), epochs)
@@ -278,6 +286,52 @@ def bare_again() -> tuple[float, int]:
     """The bare loop once more, in the anchor process, over the samples `anchors` read."""
     assert _BARE is not None, "anchors() runs first"
     return bare_loop(*_BARE)
+
+
+def _load_bare(log: Path, epochs: int) -> None:
+    """A split-loop process's start: the samples read once, sympy's worker booted."""
+    global _BARE
+    from scorers.math.grader import warm_up
+
+    warm_up()
+    _BARE = (list(_read(log)[0].samples or []), epochs)
+
+
+def bare_part(k: int, parts: int) -> tuple[float, float, int]:
+    """The bare loop over every `parts`-th sample from the k-th: (start, end, correct), the
+    times from `time.time()` so that processes can be compared."""
+    assert _BARE is not None
+    samples, epochs = _BARE
+    start = time.time()
+    _, correct = bare_loop(samples[k::parts], epochs)
+    return start, time.time(), correct
+
+
+def _pid_after(delay_s: float) -> int:
+    time.sleep(delay_s)
+    return os.getpid()
+
+
+def split_pool(log: Path, epochs: int, parts: int) -> ProcessPoolExecutor:
+    """`parts` processes for `split_loop`, each done reading the log when this returns (so
+    that no read runs beside a timed loop)."""
+    pool = ProcessPoolExecutor(
+        parts, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_load_bare, initargs=(log, epochs),
+    )  # fmt: skip
+    # a process takes a task only once its initializer is done: all of them answer at once
+    # only when all of them are ready
+    while len({f.result() for f in [pool.submit(_pid_after, 0.2) for _ in range(parts)]}) < parts:
+        pass
+    return pool
+
+
+def split_loop(pool: ProcessPoolExecutor, parts: int) -> tuple[float, int]:
+    """The bare loop split over `parts` processes at once, each with its own sympy worker:
+    the same work on every core with no pipeline around it. (seconds from the first start to
+    the last end, correct)."""
+    runs = [f.result() for f in [pool.submit(bare_part, k, parts) for k in range(parts)]]
+    return max(r[1] for r in runs) - min(r[0] for r in runs), sum(r[2] for r in runs)
 
 
 def anchor_process() -> ProcessPoolExecutor:
@@ -433,10 +487,12 @@ def main() -> None:
     quiet_prefect(False)
     bare_runs: list[float] = []
     flow_runs: list[float] = []
-    with anchor_process() as anchor, tempfile.TemporaryDirectory() as tmp_dir:
+    split_runs: list[float] = []
+    bare_log = build_log(GENERATED_MAX) if epochs > 1 else log
+    split = split_pool(bare_log, epochs, args.workers)
+    with split, anchor_process() as anchor, tempfile.TemporaryDirectory() as tmp_dir:
         bare_s, bare_correct, insp_per_sample = anchor.submit(
-            anchors, build_log(GENERATED_MAX) if epochs > 1 else log, epochs,
-            build_log(min(n, GENERATED_MAX)), insp_n,
+            anchors, bare_log, epochs, build_log(min(n, GENERATED_MAX)), insp_n,
         ).result()  # fmt: skip
         bare_runs.append(bare_s)
         base, ingest_s = ingested(log, Path(tmp_dir))
@@ -445,24 +501,37 @@ def main() -> None:
             for i in range(repeats):
                 if i:
                     bare_runs.append(anchor.submit(bare_again).result()[0])
+                split_s, split_correct = split_loop(split, args.workers)
+                split_runs.append(split_s)
                 flow_s, flow_correct, fixed, rss = flow_score(log, base, args.workers, i == 0)
                 flow_runs.append(flow_s)
                 fixed_s = fixed_s or fixed
                 peak = rss if peak is None or rss.peak_bytes > peak.peak_bytes else peak
-                if flow_correct != bare_correct:
-                    print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}")
+                if not flow_correct == split_correct == bare_correct:
+                    print(f"WARNING: flow found {flow_correct} correct, bare loop {bare_correct}, "
+                          f"split loop {split_correct}")  # fmt: skip
     rss = peak
     bare_s, flow_s = statistics.median(bare_runs), statistics.median(flow_runs)
+    split_s = statistics.median(split_runs)
     insp_s = insp_per_sample * n
     pairs = [b / f for b, f in zip(bare_runs, flow_runs, strict=True)]
     print("bare loop s: " + ", ".join(f"{b:.1f}" for b in bare_runs)
+          + "; split loop s: " + ", ".join(f"{x:.1f}" for x in split_runs)
           + "; score flow s: " + ", ".join(f"{f:.1f}" for f in flow_runs)
           + "; ratio per pair: " + ", ".join(f"{r:.2f}" for r in pairs))  # fmt: skip
     rows = [
         Row(f"score flow vs bare is_correct loop (median of {repeats}, taking turns)",
             n / flow_s, "samples/s", "bare loop, 1 process", n / bare_s, bare_s / flow_s,
             f">= 1.5x the bare loop on {args.workers} cores", bare_s / flow_s >= 1.5),
-        Row(f"CPU scaling, {args.workers} busy processes (the ceiling for the row above)",
+        Row(f"score flow vs the bare loop split over {args.workers} processes at once "
+            f"(median of {repeats}): the same work on every core, no pipeline",
+            n / flow_s, "samples/s", f"bare loop, {args.workers} processes", n / split_s,
+            split_s / flow_s, "informational: the stage's share of an ideal split", True),
+        Row(f"the split loop vs the bare loop: what {args.workers} processes gain on this "
+            "work, now (the ceiling of the first row)", n / split_s, "samples/s",
+            "bare loop, 1 process", n / bare_s, bare_s / split_s, "informational", True),
+        Row(f"CPU scaling, {args.workers} busy processes (a busy loop: the ceiling for work "
+            "that shares nothing)",
             scaling, "x", "1 process", 1.0, scaling,
             f"informational: {args.workers:.1f} on {args.workers} idle cores", True),
         Row("score flow vs inspect score", n / flow_s, "samples/s", insp_anchor,
