@@ -9,10 +9,11 @@ Rows:
     (bar: >= 1.5x on 2 cores) and (b) `inspect_ai.score()` with the same math scorer on the same
     log (bar: >= 3x). In the full run the flow and the bare loop run three times each, taking
     turns, and the row compares their medians (each pair's ratio is printed too): the load of
-    a shared machine drifts over the minutes between two single runs. Above 20,000 samples the bare loop grades the 20,000-sample log's
-    pairs once per epoch (the same pairs as the big log's), and the inspect score anchor is
-    timed on the 20,000-sample log (the big one's first epoch) and compared per sample: on the
-    whole log it would take hours; --quick times it on the log's first 200 samples, per sample.
+    a shared machine drifts over the minutes between two single runs. Above 20,000 samples
+    the bare loop grades the 20,000-sample log's pairs once per epoch (the same pairs as the
+    big log's), and the inspect score anchor is timed on the 20,000-sample log (the big one's
+    first epoch) and compared per sample: on the whole log it would take hours; --quick times
+    it on the log's first 200 samples, per sample.
   - the score flow against the bare loop split over `--workers` processes at once, each with
     its own sympy worker (informational): the same work on every core with no pipeline around
     it, so the ratio is the stage's share of an ideal split; and the split loop against the

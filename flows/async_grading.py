@@ -157,6 +157,7 @@ class _Grading:
 def grade_now(grade: Any, rows: Sequence[Any], timeout_s: float) -> list[ResultRow]:
     """Grade one chunk of an async grade in this process, in an event loop of its own (on a
     thread of its own when one runs here already)."""
+    from scorers.inspect_scorers.grading import run_here
 
     async def main() -> list[ResultRow]:
         grading = _Grading()
@@ -165,15 +166,7 @@ def grade_now(grade: Any, rows: Sequence[Any], timeout_s: float) -> list[ResultR
         finally:
             await grading.aclose()
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(main())
-    result: list[list[ResultRow]] = []
-    thread = threading.Thread(target=lambda: result.append(asyncio.run(main())))
-    thread.start()
-    thread.join()
-    return result[0]
+    return run_here(main())
 
 
 # (job, (grade, rows, timeout_s, may_defer, verifier)): a job handed to a worker, decoded
@@ -229,9 +222,8 @@ async def serve(
                 if not await drain():
                     return
                 grading.watchdog.disarm()  # a synchronous grade sets its own alarm
-                if not sync_job(item):
+                if not sync_job(item):  # it sets and clears `busy` itself
                     return
-                busy.clear()
             if gone.is_set():
                 return
             item = await loop.run_in_executor(None, next_job)

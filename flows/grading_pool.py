@@ -51,7 +51,7 @@ from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
 from typing import Any
 
-from flows.async_grading import ASYNC_DEPTH, grade_now, is_async, serve
+from flows.async_grading import ASYNC_DEPTH, Job, grade_now, is_async, serve
 from scorers.grade import Grade, SampleView, unscored
 from scorers.workers.zygote import (
     ForkedProcess,
@@ -77,8 +77,6 @@ __all__ = [
 SampleRow = tuple[str | None, list[str] | None, str | None, str | None, str | None]
 # (status, value, answer, explanation, reason, metadata JSON, seconds)
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
-# (job, (grade, rows, timeout_s, may_defer, verifier)): a job handed to a worker, decoded
-Job = tuple[int, tuple[Any, ...]]
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling

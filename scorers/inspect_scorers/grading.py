@@ -49,7 +49,7 @@ from scorers.inspect_scorers.judges import (
     recording,
 )
 
-__all__ = ["Bound", "CannotGrade", "InspectGrade", "grade_row"]
+__all__ = ["Bound", "CannotGrade", "InspectGrade", "grade_row", "run_here"]
 
 # (status, value, answer, explanation, reason, metadata JSON, seconds): flows.grading_pool's
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
@@ -158,7 +158,7 @@ class InspectGrade:
         limit of a scorer busy in Python code is the caller's to enforce here."""
         row = (view.completion, view.targets, json.dumps(view.metadata), view.sample_id,
                view.state)  # fmt: skip
-        status, value, answer, explanation, reason, meta, _ = _run(_grade_one(self, row))
+        status, value, answer, explanation, reason, meta, _ = run_here(_grade_one(self, row))
         return Grade(status, value, answer, explanation, reason, json.loads(meta))  # type: ignore[arg-type]
 
 
@@ -176,7 +176,9 @@ async def _grade_one(grade: InspectGrade, row: Sequence[Any]) -> ResultRow:
         await bound.aclose()
 
 
-def _run(coro: Any) -> Any:
+def run_here(coro: Any) -> Any:
+    """Run a coroutine to its end from synchronous code: in an event loop of its own, on a
+    thread of its own when the caller is inside a running loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
