@@ -382,7 +382,8 @@ class _Jobs:
         if job < len(self.chunks):
             return list(self.chunks[job])
         chunk, positions, _ = self.extra[job]
-        return [self.chunks[chunk][i] for i in positions]
+        rows = self.chunks[chunk]  # may be built on each access (flows.score: per chunk)
+        return [rows[i] for i in positions]
 
     def may_defer(self, job: int) -> bool:
         return self.defer and job < len(self.chunks)

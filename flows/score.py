@@ -21,6 +21,7 @@ errored gets a status "error" row without calling the verifier."""
 
 from __future__ import annotations
 
+import array
 import contextvars
 import gc
 import os
@@ -85,10 +86,13 @@ CODE_PASSES = 3  # a verifier edited while it grades: grade what its old code di
 
 # A warehouse write (one Prefect task run, one transaction: CPU of the stage's own, which the
 # workers would otherwise have) happens at most about once a second, or sooner when
-# BATCH_MAX_ROWS are waiting: a crash loses the chunks graded since the last write (about a
-# second of a fast verifier's work; for a slow one, the chunk or two that came back since).
+# BATCH_MAX_ROWS are waiting: a crash loses the chunks graded since the last write (a few
+# seconds of a fast verifier's work; for a slow one, the chunk or two that came back since).
+# A write's fixed cost (the task run, here and in the Prefect server; opening the file; the
+# commit) is about as large as its cost for 30,000 rows, so small batches would spend the
+# stage's CPU on writing.
 BATCH_INTERVAL_S = 1.0
-BATCH_MAX_ROWS = 16_000
+BATCH_MAX_ROWS = 64_000
 # ... and at least this many times as long after a write as that write took: a write costs
 # more as the warehouse grows, so paced to a fixed second the writes would take an ever larger
 # share of a big stage's CPU (0 turns this off).
@@ -205,7 +209,12 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
 
 class Samples:
     """Samples to grade: the `samples_to_score` columns, without a Python dict per row
-    (building them would delay every worker's first chunk)."""
+    (building them would delay every worker's first chunk).
+
+    The rows a verifier reads are built per chunk (`rows_at`), as the chunk goes to a worker:
+    built all at once, up front, they held back the first chunk of a 200,000-sample stage by
+    about half a second of one core while the workers waited.
+    """
 
     def __init__(self, table: pa.Table) -> None:
         from warehouse import SAMPLES_TO_SCORE_SCHEMA
@@ -215,10 +224,8 @@ class Samples:
                 kind = SAMPLES_TO_SCORE_SCHEMA.field(name).type
                 table = table.append_column(name, pa.nulls(table.num_rows, kind))
         self.table = table.select(SAMPLES_TO_SCORE_SCHEMA.names).cast(SAMPLES_TO_SCORE_SCHEMA)
-        # what a verifier may read of each sample (SampleRow), and its generation error
-        self.rows: list[SampleRow] = list(
-            zip(*(self.table.column(c).to_pylist() for c in _SAMPLE_COLUMNS), strict=True)
-        )
+        # what a verifier may read of each sample (SampleRow), as whole columns
+        self._columns = self.table.select(list(_SAMPLE_COLUMNS)).combine_chunks()
         self.errors: list[str | None] = self.table.column("error").to_pylist()
 
     @classmethod
@@ -229,18 +236,44 @@ class Samples:
         return cls(pa.Table.from_pylist(rows, schema=SAMPLES_TO_SCORE_SCHEMA))
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.table.num_rows
 
     def run_id(self, index: int) -> str:
         return self.table.column("run_id")[index].as_py()
 
+    def rows_at(self, indices: Sequence[int]) -> list[SampleRow]:
+        """What a verifier may read (SampleRow) of these samples, in order."""
+        part = self._columns.take(_positions(indices))
+        return list(zip(*(part.column(c).to_pylist() for c in _SAMPLE_COLUMNS), strict=True))
+
     def subset(self, indices: list[int]) -> Samples:
         """These samples (indices into this one), in order."""
-        return Samples(self.table.take(pa.array(indices, pa.int64())))
+        return Samples(self.table.take(_positions(indices)))
 
     def keys(self, indices: list[int]) -> pa.Table:
         """The key columns (run_id, sample_id, epoch, attempt) of these samples, in order."""
-        return self.table.select(_KEY_COLUMNS).take(pa.array(indices, pa.int64()))
+        return self.table.select(_KEY_COLUMNS).take(_positions(indices))
+
+
+def _positions(indices: Sequence[int]) -> pa.Array:
+    # Not pa.array(list): pyarrow imports pandas on its first conversion of a Python list
+    # (0.2-0.3 s of CPU), which here would stand between the stage and its first chunk.
+    buffer = pa.py_buffer(array.array("q", indices))
+    return pa.Array.from_buffers(pa.int64(), len(indices), [None, buffer])
+
+
+class _ChunkRows(Sequence[list[SampleRow]]):
+    """The rows of each chunk, built when a chunk is asked for (`GradingPool.map` asks as it
+    hands the chunk to a worker, so building overlaps the grading of the chunks before it)."""
+
+    def __init__(self, samples: Samples, chunks: list[list[int]]) -> None:
+        self.samples, self.chunks = samples, chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, k: int) -> list[SampleRow]:  # type: ignore[override]
+        return self.samples.rows_at(self.chunks[k])
 
 
 _SAMPLE_COLUMNS = ("completion", "target", "metadata", "sample_id", "state")
@@ -289,9 +322,7 @@ def stream_grades(
     ):
         stale: list[int] = []
         for chunk in chunks:
-            graded = grade_chunk(
-                verifier.grade, [samples.rows[i] for i in chunk], opts.sample_timeout_s
-            )
+            graded = grade_chunk(verifier.grade, samples.rows_at(chunk), opts.sample_timeout_s)
             if _runs_here(verifier, expect):  # also what it imported while grading
                 emit(chunk, graded)
             else:
@@ -305,7 +336,7 @@ def stream_grades(
     for_processes = getattr(verifier.grade, "for_processes", None)  # a judge's limits are shared
     stale_chunks = pool.map(
         for_processes(pool.workers) if for_processes else verifier.grade,
-        [[samples.rows[i] for i in chunk] for chunk in chunks],
+        _ChunkRows(samples, chunks),
         opts.sample_timeout_s,
         lambda job, graded: emit(chunks[job], graded),
         may_defer=True,

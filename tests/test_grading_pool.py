@@ -152,7 +152,10 @@ def _map(verifier: Verifier, chunks: list[list[str]], workers: int, depth: int) 
     calls: list = []
     pool = GradingPool(workers, depth=depth)
     try:
-        grade_rows = [Samples.from_dicts(_rows(c, target="defer")).rows for c in chunks]
+        grade_rows = [
+            (s := Samples.from_dicts(_rows(c, target="defer"))).rows_at(range(len(s)))
+            for c in chunks
+        ]
         pool.map(
             verifier.grade,
             grade_rows,
@@ -201,3 +204,28 @@ def test_result_metadata_keeps_each_values_json_type_across_samples() -> None:
     want = ['{"x": 1}', '{"x": 1.0}', '{"x": true}', '{"x": 1}', '{"x": "1"}', '{"x": null}',
             '{"x": [1]}', '{"x": 1.0}']  # fmt: skip
     assert stored == want * 2
+
+
+def test_a_chunks_rows_are_built_without_pyarrow_importing_pandas() -> None:
+    # pyarrow imports pandas on its first conversion of a Python list (0.2-0.3 s of CPU): the
+    # rows of the stage's first chunk must not wait for it
+    import subprocess
+    import sys
+
+    code = """
+import sys, duckdb
+from flows.score import Samples
+table = duckdb.sql(
+    "SELECT 'r' AS run_id, i::VARCHAR AS sample_id, 1 AS epoch, 'ANSWER: ' || i AS completion,"
+    " [i::VARCHAR] AS target, '{}' AS metadata, NULL::VARCHAR AS error FROM range(1000) t(i)"
+).fetch_arrow_table()
+samples = Samples(table)
+assert samples.rows_at([999, 0])[0][:2] == ("ANSWER: 999", ["999"])
+assert samples.keys([999, 0]).column("sample_id").to_pylist() == ["999", "0"]
+print("pandas" in sys.modules)
+"""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
