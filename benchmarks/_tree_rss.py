@@ -2,7 +2,7 @@
 
     with TreeRss() as rss:
         run_the_stage()
-    rss.peak_bytes, rss.peak_sum_bytes, rss.processes
+    rss.peak_bytes, rss.peak_sum_bytes, rss.processes, rss.peaks_by_label()
 
 The tree is this process and every descendant that appears while the block runs (found by
 parent pid, polled a few times a second; processes that were already descendants when the block
@@ -57,6 +57,19 @@ def _pss_kb(pid: int) -> int:
     return 0
 
 
+def _label(pid: int) -> str:
+    """What a process runs, in a few words: the last statement of a `python -c` program (a
+    grading worker's `_worker_main(...)`, a zygote's `zygote_main(...)`), else its command."""
+    try:
+        argv = (_PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    words = [a.decode(errors="replace") for a in argv if a]
+    text = words[words.index("-c") + 1] if "-c" in words[:-1] else " ".join(words)
+    last = [part.strip() for part in text.replace("\n", ";").split(";") if part.strip()]
+    return (last[-1] if last else text).split("(")[0][-40:]
+
+
 def _parent(pid: int) -> int | None:
     try:
         stat = (_PROC / str(pid) / "stat").read_bytes()
@@ -80,12 +93,20 @@ class TreeRss:
         self._parents: dict[int, int | None] = {}
         self._before: set[int] = set()
         self._hwm_kb: dict[int, int] = {}
+        self._labels: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def peak_bytes(self) -> int:
         return 1024 * sum(self._hwm_kb.values())
+
+    def peaks_by_label(self) -> dict[str, list[int]]:
+        """Each process's high-water mark in MB, grouped by what it runs (largest first)."""
+        out: dict[str, list[int]] = {}
+        for pid, kb in sorted(self._hwm_kb.items(), key=lambda item: -item[1]):
+            out.setdefault(self._labels.get(pid, "?"), []).append(round(kb * 1024 / 1e6))
+        return out
 
     def _descendants(self) -> set[int]:
         pids = {int(p) for p in os.listdir(_PROC) if p.isdigit()}
@@ -120,6 +141,8 @@ class TreeRss:
             if pss:
                 pss_kb += _pss_kb(pid)
             self._hwm_kb[pid] = max(self._hwm_kb.get(pid, 0), hwm)
+            if pid not in self._labels:
+                self._labels[pid] = "this process" if pid == self.root else _label(pid)
         self.peak_sum_bytes = max(self.peak_sum_bytes, 1024 * total)
         self.peak_pss_bytes = max(self.peak_pss_bytes, 1024 * pss_kb)
         self.processes = len(self._hwm_kb)

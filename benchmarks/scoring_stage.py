@@ -520,6 +520,10 @@ def main() -> None:
           + "; split loop s: " + ", ".join(f"{x:.1f}" for x in split_runs)
           + "; score flow s: " + ", ".join(f"{f:.1f}" for f in flow_runs)
           + "; ratio per pair: " + ", ".join(f"{r:.2f}" for r in pairs))  # fmt: skip
+    assert rss is not None
+    print("peak RSS row, each process's own peak (MB): " + "; ".join(
+        f"{label} {'+'.join(map(str, mbs))}" for label, mbs in rss.peaks_by_label().items()
+    ))  # fmt: skip
     rows = [
         Row(f"score flow vs bare is_correct loop (median of {repeats}, taking turns)",
             n / flow_s, "samples/s", "bare loop, 1 process", n / bare_s, bare_s / flow_s,
