@@ -209,9 +209,6 @@ def test_result_metadata_keeps_each_values_json_type_across_samples() -> None:
 def test_a_chunks_rows_are_built_without_pyarrow_importing_pandas() -> None:
     # pyarrow imports pandas on its first conversion of a Python list (0.2-0.3 s of CPU): the
     # rows of the stage's first chunk must not wait for it
-    import subprocess
-    import sys
-
     code = """
 import sys, duckdb
 from flows.score import Samples
