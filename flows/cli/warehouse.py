@@ -12,6 +12,7 @@ from typing import Annotated
 import duckdb
 import typer
 
+from flows.cli.ingest_limits import MaxLogOption, MaxMemberOption, MaxRatioOption, set_limits
 from flows.cli.sql_print import OutputFormat, print_rows, terminal_safe
 from flows.runtime.console import console
 from warehouse import DEFAULT_DB, Warehouse, WarehouseError
@@ -55,9 +56,14 @@ def ingest(
     db: DbOption = Path(DEFAULT_DB),
     lock_timeout: LockOption = 5.0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = False,
+    max_member_mb: MaxMemberOption = None,
+    max_log_mb: MaxLogOption = None,
+    max_inflate_ratio: MaxRatioOption = None,
 ) -> None:
     """Ingest Inspect logs into the warehouse (idempotent; a grown log adds only new samples)."""
     from warehouse.logs import LogReadError, expand_log_paths
+
+    set_limits(max_member_mb, max_log_mb, max_inflate_ratio)
 
     try:
         paths = expand_log_paths(logs)
