@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+import zstandard
 from inspect_ai.log import read_eval_log
 from warehouse_logs import bomb_member, lie_about_size, make_log, variant
 
@@ -243,3 +245,43 @@ def test_the_sweep_config_sets_the_limits_and_the_environment_wins(monkeypatch) 
         parse_config({**raw, "ingest": {"max_member_mb": 0}})
     with pytest.raises(ValueError, match=r"ingest\.max_members"):
         parse_config({**raw, "ingest": {"max_members": 1}})
+
+
+def test_a_big_genuine_member_streams_whole_across_zstd_frames(tmp_path, monkeypatch) -> None:
+    # Inspect writes a member over 200 MB as several Zstandard frames; with its frame size made
+    # small, a 3 MB completion is such a member: inflated in streamed chunks, every frame read
+    import random
+
+    import inspect_ai._util.zipfile as inspect_zip
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+    from inspect_ai.solver import generate
+
+    monkeypatch.setattr(inspect_zip, "_MAX_INPUT_PER_FRAME", 256 << 10)
+    rng = random.Random(29)
+    text = " ".join(f"{rng.random():.12f}" for _ in range(200_000))  # 3 MB, ~2x compressible
+    output = ModelOutput.from_content("mockllm/model", text)
+    output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+    [log] = eval(
+        Task(dataset=[Sample(id="big", input="talk", target="x")], solver=generate()),
+        model=get_model("mockllm/model", custom_outputs=[output]),
+        log_dir=str(tmp_path / "logs"), display="none", score=False,
+    )  # fmt: skip
+    with zipfile.ZipFile(log.location) as archive:
+        info = archive.getinfo("samples/big_epoch_1.json")
+        with open(log.location, "rb") as f:
+            f.seek(info.header_offset + 26)
+            name_len, extra_len = struct.unpack("<2H", f.read(4))
+            f.seek(info.header_offset + 30 + name_len + extra_len)
+            first = zstandard.ZstdDecompressor().decompress(
+                f.read(info.compress_size), max_output_size=info.file_size
+            )
+    assert info.file_size > 3 * MB and len(first) < info.file_size  # several frames
+
+    for direct in (True, False):
+        wh = Warehouse(tmp_path / f"{direct}.duckdb")
+        [res] = wh.ingest_logs([log.location], direct_read=direct)
+        assert (res.error, res.samples_total) == (None, 1)
+        with wh.read() as con:
+            assert con.execute("SELECT completion FROM samples").fetchall() == [(text,)]

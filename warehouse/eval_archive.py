@@ -346,7 +346,7 @@ def member_key(name: str) -> SampleKey | None:
     return sid, int(epoch)
 
 
-def _add_raw_sample(columns: SampleColumns, raw: bytes) -> None:
+def _add_raw_sample(columns: SampleColumns, raw: bytes | bytearray) -> None:
     """Append one sample's rows, or raise `_NotFast` having appended nothing."""
     s = _decode_sample(raw)
     raw_input, raw_messages, raw_output = bytes(s.input), bytes(s.messages), bytes(s.output)

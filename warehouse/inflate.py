@@ -147,7 +147,9 @@ def check_declared(info: zipfile.ZipInfo, limits: InflateLimits) -> None:
         )
 
 
-def inflate(f: Any, info: zipfile.ZipInfo, budget: LogBudget, *, keep: bool = True) -> bytes:
+def inflate(
+    f: Any, info: zipfile.ZipInfo, budget: LogBudget, *, keep: bool = True
+) -> bytes | bytearray:
     """A member's inflated bytes (Zstandard, deflate or stored: what Inspect writes), checked
     against `budget`'s limits while they stream and against the member's CRC at the end.
 
@@ -173,7 +175,7 @@ def inflate(f: Any, info: zipfile.ZipInfo, budget: LogBudget, *, keep: bool = Tr
             budget.spend(len(small), info.filename)
             return small if keep else b""
         source = _Compressed(f, info)
-    chunks: list[bytes] = []
+    inflated = bytearray()  # grown in place: no second copy of a big member at the end
     crc, size = 0, 0
     for chunk in _stream(source, info.compress_type):
         size += len(chunk)
@@ -184,10 +186,10 @@ def inflate(f: Any, info: zipfile.ZipInfo, budget: LogBudget, *, keep: bool = Tr
         budget.spend(len(chunk), info.filename)
         crc = zlib.crc32(chunk, crc)
         if keep:
-            chunks.append(chunk)
+            inflated += chunk
     if crc != info.CRC:
         raise zipfile.BadZipFile(f"CRC mismatch in {info.filename}")
-    return b"".join(chunks)
+    return inflated
 
 
 _LOCAL_HEADER_SIZE = 30

@@ -108,7 +108,7 @@ def _zip64_sizes(info: zipfile.ZipInfo, extra: bytes) -> bool:
     return False
 
 
-def member_data(f: Any, info: zipfile.ZipInfo, budget: LogBudget) -> bytes:
+def member_data(f: Any, info: zipfile.ZipInfo, budget: LogBudget) -> bytes | bytearray:
     """A member's uncompressed bytes (Zstandard, deflate or stored: what Inspect has written),
     inflated within `budget`'s limits (warehouse.inflate) and CRC-checked.
 
