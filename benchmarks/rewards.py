@@ -15,6 +15,11 @@ against Math-Verify called the way verl's math_verify integration does (math_met
 reference boxed), one completion per call. Reported: throughput, the 8,192-reward wall time,
 p50/p99 per-call latency, and agreement with how each completion was built. `--quick`: 32
 prompts.
+
+The reward server (`gradebook reward serve`) under slow clients: the worst latency of a
+one-query request while 64 clients (its default `--connections`) hold sockets with a request
+they stopped sending halfway (half in the headers, half in the body: a slowloris), against the
+same requests with no such client (bar: under 1 s).
 """
 
 from __future__ import annotations
@@ -152,6 +157,40 @@ def agreement(values: list, labels: list[float]) -> float:
     return sum((v or 0.0) == lab for v, lab in zip(values, labels, strict=True)) / len(labels)
 
 
+SLOW_CLIENTS, SERVER_REQUESTS = 64, 20
+
+
+def server_latency(slow_clients: int) -> float:
+    """The slowest of SERVER_REQUESTS one-query requests to a reward server, in seconds, while
+    `slow_clients` connections hold a request they stopped sending halfway."""
+    import socket
+    import urllib.request
+
+    from scorers.rewards import openrlhf_reward
+    from scorers.rewards.server import RewardServer
+
+    body = b'{"query": ["ANSWER: 2"], "labels": ["2"]}'
+    stalls = [b"POST / HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+              b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"query": [']  # fmt: skip
+    with RewardServer(openrlhf_reward("math"), port=0, log=lambda _: None) as server:
+        slow = [socket.create_connection(server.address, timeout=30) for _ in range(slow_clients)]
+        try:
+            for i, sock in enumerate(slow):
+                sock.sendall(stalls[i % 2])
+            times = []
+            for _ in range(SERVER_REQUESTS):
+                start = time.perf_counter()
+                request = urllib.request.Request(server.url, data=body, method="POST")
+                with urllib.request.urlopen(request, timeout=120) as response:
+                    if json.loads(response.read())["rewards"] != [1.0]:
+                        sys.exit("the reward server answered wrongly: a bug, not a result")
+                times.append(time.perf_counter() - start)
+        finally:
+            for sock in slow:
+                sock.close()
+    return max(times)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="32 prompts (512 rewards)")
@@ -197,6 +236,12 @@ def main() -> None:
             "math-verify", 100 * agreement(mv_values, labels),
             agreement(batch, labels) / max(agreement(mv_values, labels), 1e-9), "reported", True),
     ]  # fmt: skip
+    calm, stalled = server_latency(0), server_latency(SLOW_CLIENTS)
+    rows.append(
+        Row(f"reward server: slowest of {SERVER_REQUESTS} requests, {SLOW_CLIENTS} stalled "
+            "clients connected", 1000 * stalled, "ms", "no stalled client", 1000 * calm,
+            stalled / calm, "< 1 s", stalled < 1.0)
+    )  # fmt: skip
     if [0.0 if v is None else v for v in batch] != ours_single:
         sys.exit("the batch and the per-call rewards differ: a bug, not a benchmark result")
     emit(f"math rewards for one GRPO step ({n:,} completions, {len(cores)} cores)", rows, args.json)

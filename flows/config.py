@@ -24,10 +24,12 @@ from pydantic import (
 )
 
 from gates.rules import GateRules
+from warehouse.inflate import MB, InflateLimits
 
 __all__ = [
     "ClusterConfig",
     "ConfigError",
+    "IngestConfig",
     "ModelConfig",
     "RoleModel",
     "SweepConfig",
@@ -225,6 +227,32 @@ class ClusterConfig(_Strict):
     stage_timeout_s: Annotated[float, Field(gt=0)] = 24 * 3600.0
 
 
+class IngestConfig(_Strict):
+    """`[ingest]`: how far a log's zip members may inflate when it is read into the warehouse
+    (warehouse.inflate; docs/design/ingest.md says why the defaults). A flag of the same name
+    (`--max-member-mb`, ...) or its environment variable wins over these.
+
+    Attributes:
+        max_member_mb: most MB one member (a sample, the header; a whole `.json` log) inflates to.
+        max_log_mb: most MB the members read from one log inflate to, together.
+        max_inflate_ratio: past 16 MB, most times its compressed size a member inflates to.
+    """
+
+    max_member_mb: Annotated[float, Field(gt=0)] | None = None
+    max_log_mb: Annotated[float, Field(gt=0)] | None = None
+    max_inflate_ratio: Annotated[float, Field(ge=1)] | None = None
+
+    def limits(self) -> InflateLimits:
+        """These limits, the defaults where unset, then the environment's over them."""
+        values = {
+            "member_bytes": None if self.max_member_mb is None else int(self.max_member_mb * MB),
+            "log_bytes": None if self.max_log_mb is None else int(self.max_log_mb * MB),
+            "ratio": self.max_inflate_ratio,
+        }
+        base = InflateLimits(**{k: v for k, v in values.items() if v is not None})
+        return InflateLimits.from_env(base)
+
+
 class SweepConfig(_Strict):
     """A whole sweep: every (model, task) pair is generated, scored and gated.
 
@@ -237,6 +265,7 @@ class SweepConfig(_Strict):
         cluster: `[cluster]` settings; absent (the default) runs everything in this process.
         model_roles: models bound to roles by name; `grader` is the judge of judge-graded
             scorers (`[model_roles.grader] model = "..."`).
+        ingest: `[ingest]` limits on reading the sweep's logs.
     """
 
     name: str
@@ -249,6 +278,7 @@ class SweepConfig(_Strict):
     gates: GateRules = Field(default_factory=GateRules)
     cluster: ClusterConfig | None = None
     model_roles: dict[str, RoleModel] = Field(default_factory=dict)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
     source: Path | None = Field(default=None, exclude=True)
 
     @field_validator("name")

@@ -849,15 +849,21 @@ def verifiers_of_log(path: str | Path) -> tuple[str, list[str]]:
 
 
 def ingest_and_plan(
-    warehouse_path: str | Path, logs: Sequence[str | Path], verifiers: Iterable[str] | None
+    warehouse_path: str | Path,
+    logs: Sequence[str | Path],
+    verifiers: Iterable[str] | None,
+    limits: Any = None,
 ) -> tuple[dict[str, list[str]], list[Any]]:
-    """Ingest logs and decide which verifiers score each; returns (plan, ingest results)."""
+    """Ingest logs and decide which verifiers score each; returns (plan, ingest results).
+
+    `limits`: how far the logs' members may inflate (warehouse.inflate.InflateLimits; default:
+    the environment's, else the defaults)."""
     from flows.verifier_specs import names_for_entries
     from warehouse import Warehouse
 
     # the user's --verifier entries (names, Inspect scorers, file.py@scorer): trusted
     chosen = names_for_entries(verifiers or [], trusted=True)
-    results = Warehouse(warehouse_path).ingest_logs([str(p) for p in logs])
+    results = Warehouse(warehouse_path).ingest_logs([str(p) for p in logs], limits=limits)
     plan: dict[str, list[str]] = {}
     for res in results:
         # a log with damaged samples still has its readable ones stored: they are scored
@@ -869,10 +875,10 @@ def ingest_and_plan(
 
 @task(name="ingest", cache_policy=NO_CACHE)
 def ingest_task(
-    warehouse_path: str, logs: list[str], verifiers: list[str] | None
+    warehouse_path: str, logs: list[str], verifiers: list[str] | None, limits: Any = None
 ) -> tuple[dict[str, list[str]], list[Any]]:
     """Prefect task: load logs into the warehouse (idempotent)."""
-    return ingest_and_plan(warehouse_path, logs, verifiers)
+    return ingest_and_plan(warehouse_path, logs, verifiers, limits)
 
 
 class ScoreSummaries(list[RunScore]):
@@ -923,8 +929,9 @@ def score_flow(
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:
         pool.close()
+    problems = [line for r in ingested for line in r.problems()]
     if scored_log_dir:
         from flows.scored_log import write_scored_logs
 
-        write_scored_logs(warehouse, logs, Path(scored_log_dir))
-    return ScoreSummaries(summaries, [line for r in ingested for line in r.problems()])
+        write_scored_logs(warehouse, logs, Path(scored_log_dir), problems)
+    return ScoreSummaries(summaries, problems)

@@ -28,7 +28,10 @@ def check_scored_log_dir(logs: Sequence[str | Path], out_dir: Path) -> None:
 
 
 def write_scored_logs(
-    warehouse: str | Path, logs: Sequence[str | Path], out_dir: Path
+    warehouse: str | Path,
+    logs: Sequence[str | Path],
+    out_dir: Path,
+    problems: list[str] | None = None,
 ) -> list[Path]:
     """Write `out_dir/<log name>` for each log with the newest fingerprint's scores attached,
     and `results` (metrics per scorer) computed as `inspect score` computes them, so
@@ -39,19 +42,31 @@ def write_scored_logs(
     reason code in `metadata.gradebook_reason`. Recorded rows (the scores the log held) are
     not written back: the copy keeps the log's own scores beside gradebook's.
 
+    A log Inspect's reader could not read within the ingest limits (warehouse.inflate: it
+    inflates every member whole) gets no copy; one line in `problems` says so.
+
     Returns:
         The paths written.
     """
     from inspect_ai.log import read_eval_log, write_eval_log
 
     from warehouse import Warehouse
+    from warehouse.inflate import InflateLimits, InflateRefused
+    from warehouse.logs import check_for_inspect
     from warehouse.schema import RECORDED_PREFIX
     from warehouse.score_values import DICT_KEY_SEP, to_inspect_score
 
     check_scored_log_dir(logs, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    limits = InflateLimits.from_env()
     for path in logs:
+        try:
+            check_for_inspect(str(path), limits, lambda name: True)
+        except InflateRefused as exc:
+            if problems is not None:
+                problems.append(f"{path}: no scored copy written: refused ({exc})")
+            continue
         log = read_eval_log(str(path))
         with Warehouse(warehouse).read() as con:
             rows = con.execute(

@@ -116,12 +116,12 @@ def _generate_and_score(
         generations = generate_models(cfg)
         logs = [g.log for g in generations if g.log]
         try:
-            plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+            plan, _ = ingest_task(str(cfg.warehouse), logs, None, cfg.ingest.limits())
         except KeyboardInterrupt:
             if stop_signal() is None:
                 raise
             # stopped mid-ingest: finish it (idempotent); a second signal exits at once
-            plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+            plan, _ = ingest_task(str(cfg.warehouse), logs, None, cfg.ingest.limits())
         if stop_signal() is not None:
             return generations, plan, scores
         if current_fingerprints(names) != loaded:

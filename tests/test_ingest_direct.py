@@ -263,7 +263,7 @@ def test_header_is_read_once_until_the_file_changes(logs, tmp_path, monkeypatch)
     first = read_header(str(path))
     reads = []
     real = eval_archive.read_header
-    monkeypatch.setattr(eval_archive, "read_header", lambda p: reads.append(p) or real(p))
+    monkeypatch.setattr(eval_archive, "read_header", lambda p, *a: reads.append(p) or real(p, *a))
     assert read_header(str(path)) is first and reads == []
     variant(read_eval_log(str(path)), path, eval_id="changed")  # rewritten in place
     assert read_header(str(path)).eval.eval_id == "changed" and reads == [str(path)]

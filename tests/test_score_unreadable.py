@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from warehouse_logs import damage_member, make_log, truncated, variant
+from warehouse_logs import bomb_member, damage_member, lie_about_size, make_log, truncated, variant
 
 from warehouse import Warehouse
 
@@ -51,3 +51,40 @@ def test_score_names_unreadable_logs_and_samples_and_scores_the_rest(prefect_api
         ).fetchall()
     assert runs == sorted([(base.eval.eval_id, "complete", 12), ("damaged-run", "partial", 11)])
     assert scored == sorted([(base.eval.eval_id, 12), ("damaged-run", 11)])
+
+
+@pytest.mark.slow
+def test_score_refuses_zip_bombs_in_one_line_and_scores_the_rest(prefect_api, tmp_path):
+    # a sample that inflates to 1.5 GB (its directory entry lying about it), and a log whose
+    # header does: each refused in one line, everything else ingested and scored
+    base = make_log(tmp_path / "logs")
+    good = base.location
+    bomb = "samples/q2_epoch_1.json"
+    sample_bomb = lie_about_size(
+        bomb_member(variant(base, tmp_path / "s.eval", eval_id="sample-bomb-run"),
+                    tmp_path / "sample-bomb.eval", bomb, 3 << 29),
+        bomb, 5000,
+    )  # fmt: skip
+    header_bomb = bomb_member(variant(base, tmp_path / "h.eval", eval_id="header-bomb-run"),
+                              tmp_path / "header-bomb.eval", "header.json", 3 << 29)  # fmt: skip
+    db = tmp_path / "g.duckdb"
+
+    proc = subprocess.run(
+        [*GRADEBOOK, "score", good, str(header_bomb), str(sample_bomb), "--db", str(db),
+         "--verifier", "math"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "250"},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert errors[0].startswith(f"error: {header_bomb}: refused (header.json declares 1,536 MB")
+    assert errors[1].startswith(f"error: {sample_bomb}: sample q2 epoch 1: refused ({bomb} ")
+    assert "(a zip bomb?)" in errors[1]
+    assert errors[2].startswith(f"error: {sample_bomb}: 1 refused sample(s); 11 stored")
+    assert len(errors) == 3, errors
+
+    with Warehouse(db).read() as con:
+        scored = con.execute(
+            "SELECT run_id, count(*) FROM scores WHERE scorer = 'math' GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert scored == sorted([(base.eval.eval_id, 12), ("sample-bomb-run", 11)])

@@ -101,6 +101,55 @@ def test_model_text_reaches_the_terminal_escaped(db: Path, tmp_path: Path, fmt: 
     assert "first line" in text and "second" in text  # a newline is still a line break
 
 
+def test_csv_on_a_terminal_is_escaped(db: Path, tmp_path: Path) -> None:
+    query = 'SELECT sample_id, completion AS "text\x1b[2J" FROM samples ORDER BY sample_id'
+    out = _on_a_tty(["sql", "--db", str(db), "--format", "csv", query], tmp_path)
+    for raw in RAW:
+        assert raw not in out, raw
+    text = out.decode()
+    assert "\u202e" not in text
+    assert "text\\x1b[2J" in text  # a column name is escaped too
+    for shown in ("before\\x1b[2J\\x1b[Hafter", "nul\\x00byte", "x\\x1b]0;pwned\\x07y",
+                  "abc\\u202eevil\\u202cdef"):  # fmt: skip
+        assert shown in text
+
+
+def test_json_on_a_terminal_is_escaped_by_json_itself(db: Path, tmp_path: Path) -> None:
+    query = "SELECT sample_id, completion FROM samples ORDER BY sample_id"
+    out = _on_a_tty(["sql", "--db", str(db), "--format", "json", query], tmp_path)
+    for raw in RAW:
+        assert raw not in out, raw
+    assert max(out) < 0x80  # ASCII only: no U+202E either
+    start = out.index(b"[")
+    records = json.loads(out[start:].decode())  # and still the exact text once decoded
+    assert {r["sample_id"]: r["completion"] for r in records} == HOSTILE
+
+
+def test_a_failed_query_quoting_model_text_is_escaped(db: Path, tmp_path: Path) -> None:
+    env = shell_env(tmp_path / "prefect-home")
+    ran = gradebook("sql", "--db", str(db),
+                    "SELECT completion::INTEGER FROM samples WHERE sample_id = 'clear'",
+                    env=env, cwd=tmp_path)  # fmt: skip
+    assert ran.code == 2
+    [line] = ran.stderr_lines
+    assert line.startswith("error: query failed: ") and "before\\x1b[2J" in line
+    assert "\x1b" not in ran.stderr
+
+
+def test_csv_to_a_pipe_keeps_the_exact_bytes(db: Path, tmp_path: Path) -> None:
+    query = "SELECT sample_id, completion FROM samples ORDER BY sample_id"
+    env = shell_env(tmp_path / "prefect-home")
+    proc = subprocess.run(
+        [str(GRADEBOOK), "sql", "--db", str(db), "--format", "csv", query],
+        stdout=subprocess.PIPE, env=env, cwd=tmp_path, timeout=120, check=True,
+    )  # fmt: skip
+    for raw in RAW:
+        assert raw in proc.stdout, raw
+    assert "abc\u202eevil\u202cdef".encode() in proc.stdout
+    rows = list(csv.reader(io.StringIO(proc.stdout.decode(), newline="")))
+    assert dict(rows[1:]) == HOSTILE
+
+
 def test_csv_and_json_keep_the_exact_text(db: Path, tmp_path: Path) -> None:
     query = "SELECT sample_id, completion FROM samples ORDER BY sample_id"
     env = shell_env(tmp_path / "prefect-home")

@@ -137,3 +137,63 @@ def truncated(log: Path, out: Path) -> Path:
     data = Path(log).read_bytes()
     out.write_bytes(data[: len(data) // 2])
     return out
+
+
+ZIP_ZSTD = 93  # the zip method id of Inspect's Zstandard members
+
+
+def bomb_member(log: Path, out: Path, member: str, size: int, *, method: int = ZIP_ZSTD) -> Path:
+    """A copy of `log` whose `member` is its own JSON with `size` bytes of whitespace after the
+    opening brace: still valid JSON, inflating to `size` bytes from a few MB at most (a zip
+    bomb), written as Zstandard or deflate (level 1: the quickest to write). Every other member
+    and the directory are as Inspect wrote them; the bomb's directory entry is honest."""
+    import inspect_ai._util.zipfile  # noqa: F401 - teaches zipfile Inspect's Zstandard members
+
+    spaces = b" " * (16 << 20)
+    with (
+        zipfile.ZipFile(log) as src,
+        zipfile.ZipFile(
+            out,
+            "w",
+            compression=method,
+            compresslevel=1 if method == zipfile.ZIP_DEFLATED else None,
+        ) as dst,
+    ):
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename != member:
+                dst.writestr(info, data, compress_type=info.compress_type)
+                continue
+            assert data[:1] == b"{"
+            # opened by name: the archive's own method and level
+            with dst.open(member, "w", force_zip64=True) as stream:
+                stream.write(b"{")
+                left = size
+                while left > 0:
+                    stream.write(spaces[: min(left, len(spaces))])
+                    left -= len(spaces)
+                stream.write(data[1:])
+    return out
+
+
+def lie_about_size(archive: Path, member: str, size: int) -> Path:
+    """Make `member`'s central directory entry claim `size` inflated bytes (a lying archive:
+    a reader that trusts the directory is fooled). The entry must hold its sizes in 32 bits
+    (an inflated size under 2 GiB)."""
+    data = bytearray(archive.read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    cd_offset = struct.unpack_from("<L", data, end + 16)[0]
+    if cd_offset == 0xFFFFFFFF:  # ZIP64: the offset is in the ZIP64 end record
+        record = struct.unpack_from("<Q", data, end - 20 + 8)[0]
+        cd_offset = struct.unpack_from("<Q", data, record + 48)[0]
+    at = cd_offset
+    name = member.encode()
+    while data[at : at + 4] == b"PK\x01\x02":
+        name_len, extra_len, comment_len = struct.unpack_from("<3H", data, at + 28)
+        if data[at + 46 : at + 46 + name_len] == name:
+            assert struct.unpack_from("<L", data, at + 24)[0] != 0xFFFFFFFF
+            struct.pack_into("<L", data, at + 24, size)
+            archive.write_bytes(bytes(data))
+            return archive
+        at += 46 + name_len + extra_len + comment_len
+    raise AssertionError(f"{member} is not in {archive}")

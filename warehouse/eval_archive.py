@@ -38,6 +38,7 @@ from inspect_ai.log import (
     read_eval_log_samples_by_id,
 )
 
+from warehouse.inflate import InflateLimits, InflateRefused, LogBudget, LogTooBig, inflate
 from warehouse.sample_rows import (
     BadSample,
     SampleColumns,
@@ -45,7 +46,7 @@ from warehouse.sample_rows import (
     json_safe,
     timestamp,
 )
-from warehouse.zip_members import ZIP_ZSTD, central_entries, compressed, member_data
+from warehouse.zip_members import central_entries, member_data
 
 SampleKey = tuple[str, int]
 
@@ -71,12 +72,18 @@ def applies(path: str, header: EvalLog) -> bool:
     return packages.get("inspect_ai") == inspect_ai.__version__
 
 
-def read_header(path: str) -> EvalLog | None:
+def read_header(path: str, limits: InflateLimits | None = None) -> EvalLog | None:
     """The log's header as `read_eval_log(path, header_only=True)` gives it, or None when that
     reader must do it: not a local `.eval`, no `header.json` (a log still being written), or
-    anything else this reader does not expect."""
+    anything else this reader does not expect.
+
+    Raises:
+        InflateRefused: `header.json` or `reductions.json` inflates past `limits` (default:
+            InflateLimits.from_env()): Inspect's reader must not try it either.
+    """
     if not path.endswith(".eval") or "://" in path:
         return None
+    budget = (limits or InflateLimits.from_env()).budget()
     try:
         from inspect_ai._util.constants import get_deserializing_context
 
@@ -85,15 +92,17 @@ def read_header(path: str) -> EvalLog | None:
             if entries is None or _HEADER_JSON not in entries:
                 return None
             # stdlib json, as Inspect's reader: it accepts the NaN/Infinity pydantic may write
-            header = json.loads(member_data(f, entries[_HEADER_JSON]))
+            header = json.loads(member_data(f, entries[_HEADER_JSON], budget))
             reductions = entries.get(_REDUCTIONS_JSON)
-            reduced = json.loads(member_data(f, reductions)) if reductions else None
+            reduced = json.loads(member_data(f, reductions, budget)) if reductions else None
         log = EvalLog.model_validate(header, context=get_deserializing_context())
         if reduced is not None and log.results is not None:
             log.reductions = [
                 EvalSampleReductions.model_validate(r, context=get_deserializing_context())
                 for r in reduced
             ]
+    except InflateRefused:
+        raise
     except Exception:  # noqa: BLE001 - Inspect's reader decides, and words any real error
         return None
     log.location = path
@@ -150,6 +159,7 @@ def iter_sample_columns(
     *,
     batch_size: int = DIRECT_BATCH,
     max_batch_bytes: int = DIRECT_BATCH_BYTES,
+    limits: InflateLimits | None = None,
 ) -> Iterator[SampleColumns]:
     """Yield the archive's samples not in `have` as filled `SampleColumns`.
 
@@ -164,25 +174,19 @@ def iter_sample_columns(
     their failures are in the first batch's `bad`. At least one batch is yielded, the last with
     `last` set.
 
+    Members are inflated within `limits` (default: InflateLimits.from_env()): a sample whose
+    member would inflate past them is refused, as a damaged one is (`BadSample.refused`).
+
     Raises:
         zipfile.BadZipFile, OSError: the archive itself (its directory) cannot be read.
+        LogTooBig: the members read add up to more than the log's limit (the batches yielded
+            before it hold what was read).
     """
-    with zipfile.ZipFile(path) as archive:
-        # dict keeps the last entry of a repeated name (a re-logged sample supersedes)
-        members = {i.filename: i for i in archive.infolist() if i.filename.startswith(_SAMPLES_DIR)}
-    keyed = [
-        (key, info) for info in members.values() if (key := member_key(info.filename)) is not None
-    ]
+    keyed = sample_members(path)
     wanted = [(key, info) for key, info in keyed if key not in have]
-    decompressor = zstandard.ZstdDecompressor()
+    budget = (limits or InflateLimits.from_env()).budget()
     with open(path, "rb") as f:
-        damaged = []
-        for key, info in keyed:
-            if key in have:
-                try:
-                    _member_bytes(f, info, decompressor, path)
-                except _MEMBER_ERRORS as exc:
-                    damaged.append(BadSample(key[0], key[1], _one_line(exc), stored=True))
+        damaged = stored_damage(f, keyed, have, budget)
         batches = list(_batches(wanted, batch_size, max_batch_bytes)) or [[]]
         for number, batch in enumerate(batches, start=1):
             columns = SampleColumns(run_id)
@@ -190,11 +194,15 @@ def iter_sample_columns(
             if number == 1:
                 columns.bad.extend(damaged)
             slow: list[tuple[str, int]] = []
+            over: LogTooBig | None = None
             for key, info in batch:
                 try:
-                    raw = _member_bytes(f, info, decompressor, path)
-                except _MEMBER_ERRORS as exc:
-                    columns.bad.append(BadSample(key[0], key[1], _one_line(exc)))
+                    raw = inflate(f, info, budget)
+                except LogTooBig as exc:
+                    over = exc  # what this batch read so far is kept: yielded below
+                    break
+                except MEMBER_ERRORS as exc:
+                    columns.bad.append(bad_sample(key, exc))
                     continue
                 mark = columns.mark()
                 try:
@@ -205,11 +213,61 @@ def iter_sample_columns(
             columns.via_inspect = len(slow)
             if slow:
                 add_via_inspect(path, slow, columns)
+            if over is not None:
+                columns.last = False
+                yield columns
+                raise over
             yield columns
 
 
-# What one damaged member raises (the archive's directory was read fine).
-_MEMBER_ERRORS = (zipfile.BadZipFile, zstandard.ZstdError, OSError, ValueError, struct.error)
+# What one damaged or refused member raises (the archive's directory was read fine); a log
+# over its limit (LogTooBig) stops the log instead.
+MEMBER_ERRORS = (
+    zipfile.BadZipFile, zstandard.ZstdError, zlib.error, OSError, ValueError, struct.error,
+    InflateRefused,
+)  # fmt: skip
+
+
+def sample_members(path: str) -> list[tuple[SampleKey, zipfile.ZipInfo]]:
+    """The sample members of a `.eval` archive, keyed (id, epoch), from its central directory.
+
+    Raises:
+        zipfile.BadZipFile, OSError: the archive's directory cannot be read.
+    """
+    with zipfile.ZipFile(path) as archive:
+        # dict keeps the last entry of a repeated name (a re-logged sample supersedes)
+        members = {i.filename: i for i in archive.infolist() if i.filename.startswith(_SAMPLES_DIR)}
+    return [
+        (key, info) for info in members.values() if (key := member_key(info.filename)) is not None
+    ]
+
+
+def stored_damage(
+    f: Any, keyed: list[tuple[SampleKey, zipfile.ZipInfo]], have: set[SampleKey], budget: LogBudget
+) -> list[BadSample]:
+    """The samples in `have` whose members here fail to inflate (within `budget`) or their CRC:
+    a damaged copy of a stored log is not taken for a good one.
+
+    Raises:
+        LogTooBig: the log's limit was reached.
+    """
+    damaged = []
+    for key, info in keyed:
+        if key in have:
+            try:
+                inflate(f, info, budget, keep=False)
+            except LogTooBig:
+                raise
+            except MEMBER_ERRORS as exc:
+                damaged.append(bad_sample(key, exc, stored=True))
+    return damaged
+
+
+def bad_sample(key: SampleKey, exc: BaseException, *, stored: bool = False) -> BadSample:
+    """The `BadSample` of a member that could not be read (or was refused: over a limit)."""
+    if isinstance(exc, InflateRefused):
+        return BadSample(key[0], key[1], str(exc), stored=stored, refused=True)
+    return BadSample(key[0], key[1], _one_line(exc), stored=stored)
 
 
 def add_via_inspect(path: str, keys: list[tuple[str, int]], columns: SampleColumns) -> None:
@@ -288,20 +346,7 @@ def member_key(name: str) -> SampleKey | None:
     return sid, int(epoch)
 
 
-def _member_bytes(
-    f: Any, info: zipfile.ZipInfo, decompressor: zstandard.ZstdDecompressor, path: str
-) -> bytes:
-    """A sample member's bytes, CRC-checked (zipfile checks its own)."""
-    if info.compress_type != ZIP_ZSTD:
-        with zipfile.ZipFile(path) as archive:  # stored/deflated members: rare, let zipfile do it
-            return archive.read(info)
-    data = decompressor.decompress(compressed(f, info), max_output_size=info.file_size)
-    if zlib.crc32(data) != info.CRC:
-        raise zipfile.BadZipFile(f"CRC mismatch in {info.filename}")
-    return data
-
-
-def _add_raw_sample(columns: SampleColumns, raw: bytes) -> None:
+def _add_raw_sample(columns: SampleColumns, raw: bytes | bytearray) -> None:
     """Append one sample's rows, or raise `_NotFast` having appended nothing."""
     s = _decode_sample(raw)
     raw_input, raw_messages, raw_output = bytes(s.input), bytes(s.messages), bytes(s.output)

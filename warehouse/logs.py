@@ -2,13 +2,16 @@
 
 A local `.eval` written by the installed Inspect version is read directly from its archive
 (warehouse.eval_archive). Every other log goes through Inspect's own readers, so every log
-version Inspect can read is readable here. For those `.eval` logs the sample summaries say which (id, epoch) members exist; only the ones the
-warehouse lacks are then read, in batches through `read_eval_log_samples_by_id` (one shared zip
-reader: `read_eval_log_samples` reopens the archive for every sample). A
-`.json` log is one JSON document, so it is read whole.
+version Inspect can read is readable here. For those `.eval` logs the archive's directory says
+which (id, epoch) members exist; only the ones the warehouse lacks are then read, in batches
+through `read_eval_log_samples_by_id` (one shared zip reader: `read_eval_log_samples` reopens the
+archive for every sample). A `.json` log is one JSON document, so it is read whole.
 
 Both readers read sample by sample as far as damage goes: one unreadable sample is reported
-(`SampleColumns.bad`) and the others are still read.
+(`SampleColumns.bad`) and the others are still read. Neither inflates a member past the ingest
+limits (warehouse.inflate): Inspect's reader inflates a member whole, so every member it is
+about to read is first inflated here within the limits and dropped, and a `.json` log over the
+per-member limit is refused (it is read whole).
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from inspect_ai.log import (
     EvalLog,
     EvalSample,
     read_eval_log,
-    read_eval_log_sample_summaries,
 )
 
 import warehouse.eval_archive as eval_archive
+from warehouse.inflate import InflateLimits, InflateRefused, LogTooBig, inflate
 from warehouse.log_stamps import NO_STAMP, LogStamp
 from warehouse.sample_rows import (
     BadSample,
@@ -118,7 +121,7 @@ _HEADERS: dict[tuple[str, int, int, int], EvalLog] = {}
 _HEADERS_KEPT = 64
 
 
-def read_header(path: str, *, fast: bool = True) -> EvalLog:
+def read_header(path: str, *, fast: bool = True, limits: InflateLimits | None = None) -> EvalLog:
     """The log's header, equal to `read_eval_log(path, header_only=True)`.
 
     A local `.eval` is read straight from the archive (warehouse.eval_archive, 25-40x faster on
@@ -127,9 +130,10 @@ def read_header(path: str, *, fast: bool = True) -> EvalLog:
     Args:
         path: the log.
         fast: False always reads with Inspect's reader, uncached (the reference in tests).
+        limits: how far its members may inflate (default: InflateLimits.from_env()).
 
     Raises:
-        LogReadError: the path is not a readable Inspect log.
+        LogReadError: the path is not a readable Inspect log, or its header is over the limits.
     """
     key = None
     if fast and not is_remote(path):
@@ -140,9 +144,14 @@ def read_header(path: str, *, fast: bool = True) -> EvalLog:
             pass  # Inspect's reader words the error
     if key is not None and key in _HEADERS:
         return _HEADERS[key]
+    limits = limits or InflateLimits.from_env()
     try:
-        direct = eval_archive.read_header(path) if fast else None
+        direct = eval_archive.read_header(path, limits) if fast else None
+        if direct is None:
+            check_for_inspect(path, limits, _is_header_member)
         header = direct or read_eval_log(path, header_only=True)
+    except InflateRefused as exc:
+        raise LogReadError(f"{path}: refused ({exc})") from exc
     except Exception as exc:  # any parse failure means the same thing to the user
         raise LogReadError(f"{path}: unreadable Inspect log ({_one_line(exc)})") from exc
     if key is not None:
@@ -150,6 +159,42 @@ def read_header(path: str, *, fast: bool = True) -> EvalLog:
             del _HEADERS[next(iter(_HEADERS))]
         _HEADERS[key] = header
     return header
+
+
+def _is_header_member(name: str) -> bool:
+    """What Inspect's header-only read may read: the header (or the journal's start record and
+    config updates) and reductions; never a sample or the summaries."""
+    return not name.startswith(("samples/", "_journal/summaries/")) and name != "summaries.json"
+
+
+def check_for_inspect(path: str, limits: InflateLimits, members: Any) -> None:
+    """Before Inspect's reader reads `path`: a `.json` log must fit the per-member limit (it is
+    read whole); each `.eval` member for which `members(name)` is true is inflated within the
+    limits and dropped, since that reader inflates a member whole, unchecked.
+
+    Raises:
+        InflateRefused: one line naming the member.
+        zipfile.BadZipFile, OSError, ...: a member that does not inflate (Inspect's reader
+            then words it).
+    """
+    if path.endswith(".json"):
+        with fsspec.open(path, "rb") as f:
+            size = f.size if hasattr(f, "size") else f.seek(0, 2)
+        if size > limits.member_bytes:
+            raise InflateRefused(
+                f"a .json log is read whole, and this one is {size / (1 << 20):,.0f} MB, over the "
+                f"{limits.member_bytes / (1 << 20):,.0f} MB limit per member; convert it "
+                "(`inspect log convert --to eval`) or raise --max-member-mb"
+            )
+        return
+    if not path.endswith(".eval"):
+        return
+    budget = limits.budget()
+    with fsspec.open(path, "rb") as f, zipfile.ZipFile(f) as archive:
+        infos = {i.filename: i for i in archive.infolist()}  # the last of a repeated name
+        for info in infos.values():
+            if members(info.filename):
+                inflate(f, info, budget, keep=False)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -204,6 +249,7 @@ def iter_sample_columns(
     *,
     batch_size: int | None = None,
     fast: bool = True,
+    limits: InflateLimits | None = None,
 ) -> Iterator[SampleColumns]:
     """Yield the log's samples that are not in `have` as rows, `batch_size` samples at a time.
 
@@ -211,7 +257,8 @@ def iter_sample_columns(
     (warehouse.eval_archive, 15-25x faster); every other log through Inspect's readers. Both give
     the same rows. A partial (cancelled, interrupted) log yields the samples it holds.
 
-    A sample that cannot be read is listed in its batch's `bad` (`BadSample`) and the others
+    A sample that cannot be read, or whose member would inflate past `limits` (default:
+    InflateLimits.from_env()), is listed in its batch's `bad` (`BadSample`) and the others
     are still yielded; in a `.eval` log the members of the samples in `have` are checked too.
 
     Args:
@@ -222,62 +269,68 @@ def iter_sample_columns(
         batch_size: samples per yielded batch; None for each reader's default (500 through
             Inspect, up to 5,000 or 64 MB of sample JSON through the archive).
         fast: False forces Inspect's readers (the reference the direct reader is tested against).
+        limits: how far the log's members may inflate.
 
     Raises:
-        LogReadError: the log as a whole cannot be read (its archive, sample list or JSON).
+        LogReadError: the log as a whole cannot be read (its archive, sample list or JSON), or
+            is over the limits (the per-log one, or a `.json` log over the per-member one).
     """
+    limits = limits or InflateLimits.from_env()
     try:
         if fast and eval_archive.applies(path, header):
             yield from eval_archive.iter_sample_columns(
-                path, run_id, have, batch_size=batch_size or eval_archive.DIRECT_BATCH
-            )
+                path, run_id, have, batch_size=batch_size or eval_archive.DIRECT_BATCH,
+                limits=limits,
+            )  # fmt: skip
         elif path.endswith(".eval"):
-            yield from _eval_columns(path, run_id, have, batch_size or SAMPLE_BATCH)
+            yield from _eval_columns(path, run_id, have, batch_size or SAMPLE_BATCH, limits)
         else:
-            yield from _json_columns(path, run_id, have, batch_size or SAMPLE_BATCH)
+            yield from _json_columns(path, run_id, have, batch_size or SAMPLE_BATCH, limits)
     except LogReadError:
         raise
+    except InflateRefused as exc:
+        raise LogReadError(f"{path}: refused ({exc})") from exc
     except Exception as exc:
         raise LogReadError(f"{path}: unreadable samples ({_one_line(exc)})") from exc
 
 
 def _eval_columns(
-    path: str, run_id: str, have: set[SampleKey], size: int
+    path: str, run_id: str, have: set[SampleKey], size: int, limits: InflateLimits
 ) -> Iterator[SampleColumns]:
-    summaries = read_eval_log_sample_summaries(path)
-    wanted = [(s.id, s.epoch) for s in summaries if (str(s.id), s.epoch) not in have]
-    damaged = _damaged_members(path, have) if have else []
-    for start in range(0, max(len(wanted), 1), size):
-        columns = SampleColumns(run_id)
-        if start == 0:
-            columns.bad.extend(damaged)
-        # events are the transcript's tracing detail: messages + output carry what scoring needs
-        eval_archive.add_via_inspect(path, wanted[start : start + size], columns)
-        yield columns
-
-
-def _damaged_members(path: str, have: set[SampleKey]) -> list[BadSample]:
-    """The stored samples whose members in this archive fail to decompress or their CRC."""
-    import inspect_ai._util.zipfile  # noqa: F401 - teaches zipfile Inspect's Zstandard members
-
-    bad = []
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            key = eval_archive.member_key(info.filename)
-            if key is None or key not in have:
-                continue
-            try:
-                with archive.open(info) as member:
-                    while member.read(1 << 20):
-                        pass
-            except Exception as exc:  # noqa: BLE001 - any failure is this member's
-                bad.append(BadSample(key[0], key[1], _one_line(exc), stored=True))
-    return bad
+    budget = limits.budget()
+    with fsspec.open(path, "rb") as f:
+        keyed = eval_archive.sample_members(f)
+        damaged = eval_archive.stored_damage(f, keyed, have, budget) if have else []
+        wanted = [(key, info) for key, info in keyed if key not in have]
+        for start in range(0, max(len(wanted), 1), size):
+            columns = SampleColumns(run_id)
+            if start == 0:
+                columns.bad.extend(damaged)
+            readable = []
+            over: LogTooBig | None = None
+            for key, info in wanted[start : start + size]:
+                # Inspect's reader inflates a member whole: first within the limits, here
+                try:
+                    inflate(f, info, budget, keep=False)
+                except LogTooBig as exc:
+                    over = exc  # what this batch read so far is kept: yielded below
+                    break
+                except eval_archive.MEMBER_ERRORS as exc:
+                    columns.bad.append(eval_archive.bad_sample(key, exc))
+                    continue
+                readable.append(key)
+            # events are the transcript's tracing detail: messages + output carry what scoring
+            # needs
+            eval_archive.add_via_inspect(path, readable, columns)
+            yield columns
+            if over is not None:
+                raise over
 
 
 def _json_columns(
-    path: str, run_id: str, have: set[SampleKey], size: int
+    path: str, run_id: str, have: set[SampleKey], size: int, limits: InflateLimits
 ) -> Iterator[SampleColumns]:
+    check_for_inspect(path, limits, lambda name: True)
     log = read_eval_log(path, resolve_attachments=True)
     todo = [s for s in log.samples or [] if (str(s.id), s.epoch) not in have]
     for start in range(0, max(len(todo), 1), size):

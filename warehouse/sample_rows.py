@@ -70,20 +70,21 @@ class BadSample:
     """A sample of a log that could not be read (the other samples of the log still are).
 
     `stored`: the sample was already in the warehouse (from an earlier copy of the log); its
-    member in this copy is what is damaged.
+    member in this copy is what is damaged. `refused`: its member would inflate past the
+    ingest limits (warehouse.inflate), and `reason` says which and how to raise it.
     """
 
     sample_id: str
     epoch: int
     reason: str
     stored: bool = False
+    refused: bool = False
 
     def line(self, path: str) -> str:
         """One line naming the log, the sample and why."""
         where = " (stored from an earlier copy; this copy's is damaged)" if self.stored else ""
-        return (
-            f"{path}: sample {self.sample_id} epoch {self.epoch}{where}: unreadable ({self.reason})"
-        )
+        what = "refused" if self.refused else "unreadable"
+        return f"{path}: sample {self.sample_id} epoch {self.epoch}{where}: {what} ({self.reason})"
 
 
 # A lone UTF-16 surrogate (which JSON's \uXXXX escapes and Python's str allow) cannot be

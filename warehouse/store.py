@@ -34,6 +34,7 @@ from warehouse.connection import (
     sql_str,
     unusable,
 )
+from warehouse.inflate import InflateLimits
 from warehouse.metric_views import flip_pairs_select
 from warehouse.migrations import SCHEMA_VERSION, check_not_newer, current_version, migrate
 from warehouse.newest_fingerprint import CHANGED_SQL, RECORD_CURRENT_SQL
@@ -237,6 +238,7 @@ class Warehouse:
         progress: bool = False,
         batch_size: int | None = None,
         direct_read: bool = True,
+        limits: InflateLimits | None = None,
     ) -> list[IngestResult]:
         """Ingest Inspect logs; idempotent, and a log that grew adds only its new samples.
 
@@ -252,28 +254,40 @@ class Warehouse:
             direct_read: read `.eval` logs written by the installed Inspect version straight
                 from the archive (same rows, 15-25x faster in benchmarks/warehouse.py);
                 False always uses Inspect's readers.
+            limits: how far a log's members may inflate (default: InflateLimits.from_env(),
+                the environment's GRADEBOOK_MAX_* or docs/design/ingest.md's defaults). A
+                sample over them is refused as a damaged one is; a header, or a log whose
+                members add up past its limit, refuses the log (what was read is kept).
 
         Returns:
             One result per path, in order; a bad log gives `error` set and the others go on.
         """
+        limits = limits or InflateLimits.from_env()
         results: list[IngestResult] = []
         if not progress:
             for p in paths:
-                results.append(self._ingest_one(str(p), batch_size, None, direct_read))
+                results.append(self._ingest_one(str(p), batch_size, None, direct_read, limits))
             return results
         from rich.progress import Progress
 
         with Progress(transient=False) as bar:
             overall = bar.add_task("ingest", total=len(paths))
             for p in paths:
-                results.append(self._ingest_one(str(p), batch_size, (bar, overall), direct_read))
+                results.append(
+                    self._ingest_one(str(p), batch_size, (bar, overall), direct_read, limits)
+                )
                 bar.advance(overall)
         return results
 
     def _ingest_one(
-        self, path: str, batch_size: int | None, bar: Any, direct_read: bool
+        self,
+        path: str,
+        batch_size: int | None,
+        bar: Any,
+        direct_read: bool,
+        limits: InflateLimits,
     ) -> IngestResult:
-        unchanged = self._in_already(path)
+        unchanged = self._in_already(path, limits)
         if unchanged is not None:
             return unchanged
         # Imported here: reading logs pulls in inspect_ai (seconds), which `gradebook sql`, the
@@ -282,7 +296,7 @@ class Warehouse:
 
         try:
             logs.check_log_path(path)
-            header = logs.read_header(path, fast=direct_read)
+            header = logs.read_header(path, fast=direct_read, limits=limits)
         except logs.LogReadError as exc:
             return IngestResult(path, None, None, None, None, 0, 0, str(exc))
         spec = header.eval
@@ -329,8 +343,9 @@ class Warehouse:
         bad: list[logs.BadSample] = []
         try:
             batches = logs.iter_sample_columns(
-                path, header, run.run_id, have, batch_size=batch_size, fast=direct_read
-            )
+                path, header, run.run_id, have, batch_size=batch_size, fast=direct_read,
+                limits=limits,
+            )  # fmt: skip
             server = logs.server_of(header)
             for samples, messages, last, batch_bad, recorded in prefetch(
                 (*c.tables(server), c.last, c.bad, c.recorded) for c in batches
@@ -353,23 +368,33 @@ class Warehouse:
                 if bar is not None:
                     bar[0].update(bar[1], description=f"ingest {Path(path).name}: {added}")
         except logs.LogReadError as exc:
+            # e.g. past the log's inflate limit: what was read is stored, the run stays partial
             with self.read() as con:
                 total = _count_samples(con, run.run_id)
-            return result(added, total, str(exc))
+            lines = tuple(b.line(path) for b in bad)
+            return IngestResult(
+                path, spec.eval_id, spec.task, spec.model, header.status, added, total,
+                str(exc), lines,
+            )  # fmt: skip
 
         if bad:
             with self.read() as con:
                 total = _count_samples(con, run.run_id)
+            refused = sum(b.refused for b in bad)
+            what = f"{len(bad)} unreadable sample(s)"
+            if refused:  # over the inflate limits (warehouse.inflate)
+                kind = "refused" if refused == len(bad) else "unreadable or refused"
+                what = f"{len(bad)} {kind} sample(s)"
             if stored is not None:
                 error = (
-                    f"{path}: {len(bad)} unreadable sample(s); {added} new sample(s) stored, "
+                    f"{path}: {what}; {added} new sample(s) stored, "
                     f"nothing else changed (the run keeps {stored.path}, {stored.state})"
                 )
             else:
-                error = (
-                    f"{path}: {len(bad)} unreadable sample(s); {total} stored, the run stays "
-                    "partial: ingest an undamaged copy of the log to complete it"
-                )
+                fix = "ingest an undamaged copy of the log to complete it"
+                if refused:
+                    fix = "if they are genuine, raise the limit named above and ingest it again"
+                error = f"{path}: {what}; {total} stored, the run stays partial: {fix}"
             lines = tuple(b.line(path) for b in bad)
             return IngestResult(
                 path, spec.eval_id, spec.task, spec.model, header.status, added, total, error, lines
@@ -380,7 +405,7 @@ class Warehouse:
                 total = _count_samples(con, run.run_id)
         return result(added, total)
 
-    def _in_already(self, path: str) -> IngestResult | None:
+    def _in_already(self, path: str, limits: InflateLimits) -> IngestResult | None:
         """The no-op result for a local `.eval` log stored complete whose file its stat proves
         unchanged, decided from the archive's header member alone: a re-run over logs already
         in (`gradebook score` after a sweep) does not import Inspect for nothing. None: read
@@ -392,7 +417,7 @@ class Warehouse:
             return None
         from warehouse.zip_members import header_json
 
-        raw = header_json(path)
+        raw = header_json(path, limits)
         spec = raw.get("eval") if raw is not None else None
         run_id = spec.get("eval_id") if isinstance(spec, dict) else None
         if not isinstance(run_id, str) or not run_id:

@@ -16,14 +16,14 @@ from typing import Any
 
 import zstandard
 
-__all__ = ["ZIP_ZSTD", "central_entries", "compressed", "header_json", "member_data"]
+from warehouse.inflate import ZIP_ZSTD, InflateLimits, InflateRefused, LogBudget, inflate
 
-_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zip local file header, 30 bytes
+__all__ = ["ZIP_ZSTD", "central_entries", "header_json", "member_data"]
+
 _CENTRAL_ENTRY = struct.Struct("<4s6H3L5H2L")  # zip central directory entry, 46 bytes
 _END_RECORD = struct.Struct("<4s4H2LH")  # zip end of central directory record, 22 bytes
 _ZIP64_LOCATOR = struct.Struct("<4sLQL")  # ZIP64 end of central directory locator, 20 bytes
 _ZIP64_END_RECORD = struct.Struct("<4sQ2H2L4Q")  # ZIP64 end of central directory record, 56
-ZIP_ZSTD = 93  # the zip method id Inspect's writer (zipfile-zstd) uses
 
 
 def central_entries(f: Any, names: tuple[bytes, ...]) -> dict[bytes, zipfile.ZipInfo] | None:
@@ -58,6 +58,7 @@ def central_entries(f: Any, names: tuple[bytes, ...]) -> dict[bytes, zipfile.Zip
                 if entry[10] == len(name):
                     info = zipfile.ZipInfo(name.decode())
                     info.compress_type, info.compress_size = entry[4], entry[8]
+                    info.CRC = entry[7]
                     info.file_size, info.header_offset = entry[9], entry[16]
                     extra = directory[pos + len(name) : pos + len(name) + entry[11]]
                     if not _zip64_sizes(info, extra):
@@ -107,38 +108,30 @@ def _zip64_sizes(info: zipfile.ZipInfo, extra: bytes) -> bool:
     return False
 
 
-def member_data(f: Any, info: zipfile.ZipInfo) -> bytes:
-    """A member's uncompressed bytes (Zstandard, deflate or stored: what Inspect has written)."""
-    data = compressed(f, info, info.filename.encode())
-    if info.compress_type == ZIP_ZSTD:
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=info.file_size)
-    if info.compress_type == zipfile.ZIP_DEFLATED:
-        return zlib.decompress(data, -15)
-    if info.compress_type == zipfile.ZIP_STORED:
-        return data
-    raise zipfile.BadZipFile(f"unsupported compression {info.compress_type}")
+def member_data(f: Any, info: zipfile.ZipInfo, budget: LogBudget) -> bytes | bytearray:
+    """A member's uncompressed bytes (Zstandard, deflate or stored: what Inspect has written),
+    inflated within `budget`'s limits (warehouse.inflate) and CRC-checked.
+
+    Raises:
+        InflateRefused: past a limit, one line naming the member.
+    """
+    return inflate(f, info, budget)
 
 
-def compressed(f: Any, info: zipfile.ZipInfo, name: bytes | None = None) -> bytes:
-    """A member's stored bytes; with `name`, the local header must carry that name too."""
-    f.seek(info.header_offset)
-    fields = _LOCAL_HEADER.unpack(f.read(_LOCAL_HEADER.size))
-    name_len, extra_len = fields[-2], fields[-1]
-    if fields[0] != b"PK\x03\x04" or (name is not None and f.read(name_len) != name):
-        raise zipfile.BadZipFile(f"bad local header for {info.filename}")
-    f.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
-    return f.read(info.compress_size)
-
-
-def header_json(path: str) -> dict[str, Any] | None:
-    """The `header.json` member of a local `.eval` log, parsed (None: no such member, or not an
-    archive this reader understands; Inspect's reader words any real error)."""
+def header_json(path: str, limits: InflateLimits | None = None) -> dict[str, Any] | None:
+    """The `header.json` member of a local `.eval` log, parsed (None: no such member, over the
+    inflate limits, or not an archive this reader understands; Inspect's reader words any real
+    error, and warehouse.logs.read_header refuses a header over the limits)."""
+    budget = (limits or InflateLimits.from_env()).budget()
     try:
         with open(path, "rb") as f:
             entries = central_entries(f, (b"header.json",))
             if not entries:
                 return None
-            value = json.loads(member_data(f, entries[b"header.json"]))
-    except (OSError, ValueError, zipfile.BadZipFile, zstandard.ZstdError, struct.error):
+            value = json.loads(member_data(f, entries[b"header.json"], budget))
+    except (
+        OSError, ValueError, zipfile.BadZipFile, zstandard.ZstdError, zlib.error, struct.error,
+        InflateRefused,
+    ):  # fmt: skip
         return None
     return value if isinstance(value, dict) else None

@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from flows.cli.ingest_limits import MaxLogOption, MaxMemberOption, MaxRatioOption, set_limits
 from flows.model_roles import ModelRoleOption
 from flows.runtime.console import console, err_console, quiet_prefect
 from flows.verifier_modules import ModulesOption
@@ -265,6 +266,9 @@ def sweep(
     config: Annotated[Path, typer.Argument(help="Sweep TOML file.")],
     workers: WorkersOption = None,
     no_gate: Annotated[bool, typer.Option("--no-gate", help="Skip the gate step.")] = False,
+    max_member_mb: MaxMemberOption = None,
+    max_log_mb: MaxLogOption = None,
+    max_inflate_ratio: MaxRatioOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Generate -> ingest -> score -> gate every (model, task) of CONFIG; print a summary.
@@ -274,6 +278,7 @@ def sweep(
     signal exits at once.
     """
     quiet_prefect(verbose)  # before Prefect is imported: its logging is set up then
+    set_limits(max_member_mb, max_log_mb, max_inflate_ratio)  # they win over [ingest]
     from flows.sweep import run_sweep
 
     cfg = _load(config, generates=True)
@@ -344,9 +349,13 @@ def score(
     verifier_module: ModulesOption = None,
     model_role: ModelRoleOption = None,
     lock_timeout: LockTimeoutOption = None,
+    max_member_mb: MaxMemberOption = None,
+    max_log_mb: MaxLogOption = None,
+    max_inflate_ratio: MaxRatioOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
+    set_limits(max_member_mb, max_log_mb, max_inflate_ratio)  # every read of a log below
     missing = [str(p) for p in logs if not p.exists()]
     if missing:
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
@@ -591,10 +600,15 @@ def serve(
     watch_every: Annotated[
         int, typer.Option("--watch-every", min=5, help="Seconds between verifier checks.")
     ] = 60,
+    max_member_mb: MaxMemberOption = None,
+    max_log_mb: MaxLogOption = None,
+    max_inflate_ratio: MaxRatioOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Run sweeps on their cron schedules and re-score when a verifier changes; Ctrl-C stops."""
     from flows.serve import serve_configs
+
+    set_limits(max_member_mb, max_log_mb, max_inflate_ratio)  # the runs it starts inherit them
 
     # every config and its tasks before the server starts: a bad spec would otherwise fail
     # only at its scheduled run, hours later, with nothing said at registration

@@ -44,7 +44,20 @@ def serve(
     unscored_reward: Annotated[
         float, typer.Option(help="Reward of a sample the verifier cannot grade (also flagged).")
     ] = 0.0,
-    connections: Annotated[int, typer.Option(help="Requests read and answered at once.")] = 64,
+    connections: Annotated[
+        int,
+        typer.Option(
+            help="Requests parsed and graded at once (a request being read waits on no thread)."
+        ),
+    ] = 64,
+    read_timeout: Annotated[
+        float,
+        typer.Option(
+            "--read-timeout",
+            help="Seconds a client has to send a request's headers after connecting, and again "
+            "its body; a stalled client is cut off (408 for a body) and holds no slot meanwhile.",
+        ),
+    ] = 60.0,
 ) -> None:
     """Serve OpenRLHF's remote-reward protocol: POST {"query", "prompts", "labels"} batches.
 
@@ -65,6 +78,8 @@ def serve(
         raise _fail(str(exc)) from None
     if connections < 1:
         raise _fail(f"--connections must be at least 1, not {connections}")
+    if not 0 < read_timeout < float("inf"):
+        raise _fail(f"--read-timeout must be a number of seconds above 0, not {read_timeout:g}")
     if verifier == "unit_tests":
         from scorers.sandbox.pool import sandbox_down
 
@@ -78,7 +93,7 @@ def serve(
             reward,
             host,
             port,
-            limits=ServerLimits(connections=connections),
+            limits=ServerLimits(connections=connections, read_timeout_s=read_timeout),
             log=lambda line: typer.echo(line, err=True),
         )
     except OSError as exc:

@@ -3,8 +3,10 @@
 Model output is hostile (DESIGN.md, principle 3), and the warehouse is full of it: an answer can
 hold a clear-screen or colour escape sequence, a terminal title change, NUL bytes, or text that
 looks like rich markup. In the human formats (`table`, `line`) every control character but
-newline and tab is shown escaped (`\\x1b`), and cells are plain text, never markup. `csv` and
-`json` keep the exact text (JSON escapes control characters itself).
+newline and tab is shown escaped (`\\x1b`), and cells are plain text, never markup. `csv` keeps
+the exact text when it goes to a file or a pipe (another program reads it) and is escaped the
+same way on a terminal. `json` is always ASCII: JSON escapes every control and non-ASCII
+character itself (`\\u001b`, `\\u202e`), so its exact text is safe on a terminal too.
 
 A table wider than the terminal would fold or cut every column (`SELECT * FROM grade_flips` has
 14); the `auto` format then prints one `column = value` line per column instead, a record per
@@ -61,13 +63,17 @@ def print_rows(
 ) -> None:
     """Print a query result in `fmt` (`auto`: a table when it fits the console, else lines)."""
     if fmt is OutputFormat.csv:
+        if sys.stdout.isatty():  # escaped as the other formats; a file or a pipe gets exact text
+            columns = [terminal_safe(c) for c in columns]
+            rows = [tuple(None if v is None else terminal_safe(str(v)) for v in r) for r in rows]
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)
         writer.writerows(rows)
         return
     if fmt is OutputFormat.json:
         records = [dict(zip(columns, row, strict=True)) for row in rows]
-        sys.stdout.write(json.dumps(records, default=str, indent=1) + "\n")
+        # ensure_ascii (the default) is what makes this safe on a terminal: keep it
+        sys.stdout.write(json.dumps(records, default=str, indent=1, ensure_ascii=True) + "\n")
         return
     names = [terminal_safe(c) for c in columns]
     cells = [[_cell(v) for v in row] for row in rows]

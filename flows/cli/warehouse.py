@@ -12,7 +12,8 @@ from typing import Annotated
 import duckdb
 import typer
 
-from flows.cli.sql_print import OutputFormat, print_rows
+from flows.cli.ingest_limits import MaxLogOption, MaxMemberOption, MaxRatioOption, set_limits
+from flows.cli.sql_print import OutputFormat, print_rows, terminal_safe
 from flows.runtime.console import console
 from warehouse import DEFAULT_DB, Warehouse, WarehouseError
 
@@ -55,9 +56,14 @@ def ingest(
     db: DbOption = Path(DEFAULT_DB),
     lock_timeout: LockOption = 5.0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = False,
+    max_member_mb: MaxMemberOption = None,
+    max_log_mb: MaxLogOption = None,
+    max_inflate_ratio: MaxRatioOption = None,
 ) -> None:
     """Ingest Inspect logs into the warehouse (idempotent; a grown log adds only new samples)."""
     from warehouse.logs import LogReadError, expand_log_paths
+
+    set_limits(max_member_mb, max_log_mb, max_inflate_ratio)
 
     try:
         paths = expand_log_paths(logs)
@@ -72,8 +78,8 @@ def ingest(
     for r in results:
         if r.error:
             failed += 1
-            for line in r.problems():
-                typer.echo(f"error: {line}", err=True)
+            for line in r.problems():  # they quote sample ids and names from the log
+                typer.echo(f"error: {terminal_safe(line)}", err=True)
         else:
             typer.echo(
                 f"{r.path}: run {r.run_id} {r.task} {r.model} [{r.status}] "
@@ -91,7 +97,7 @@ def sql(
         typer.Option(
             "--format",
             help="auto: a table if it fits the terminal, else one 'column = value' line per "
-            "column (line); csv and json keep the exact text.",
+            "column (line); csv (escaped on a terminal) and json keep the exact text.",
         ),
     ] = OutputFormat.auto,
     lock_timeout: LockOption = 5.0,
@@ -107,8 +113,10 @@ def sql(
         raise _fail(str(exc)) from None
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # DuckDB quotes the value it failed on (a model's answer in a cast): escaped, as a cell
         raise _fail(
-            f"query failed: {first} (the views are listed in docs/reference/warehouse.md)"
+            f"query failed: {terminal_safe(first)} (the views are listed in "
+            "docs/reference/warehouse.md)"
         ) from None
     print_rows(columns, rows, fmt, console)
 

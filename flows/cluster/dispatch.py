@@ -453,7 +453,7 @@ def run_cluster_stages(
     report = DispatchReport()
     generations = dispatch_generation(cfg, key, report)
     logs = [g.log for g in generations if g.log]
-    plan, _ = ingest_task(str(cfg.warehouse), logs, None)
+    plan, _ = ingest_task(str(cfg.warehouse), logs, None, cfg.ingest.limits())
     scores = dispatch_scoring(cfg, plan, key, report)
     if progress:
         print_report(report)

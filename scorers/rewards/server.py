@@ -8,26 +8,33 @@
 A bad request is a 4xx whose body is {"error": "<one line>"} (the same line is the status
 reason); an unexpected fault is a 500 of the same shape, and the server goes on serving.
 
-Built on the standard library's http.server, not an ASGI server: the work is CPU-bound grading
-that blocks on worker pipes and the sandbox, so an event loop would only hand it to threads, and
-no dependency is needed. Concurrency is bounded twice: a fixed pool of connection threads reads
-and answers requests (more connections wait in the listen backlog), and a fixed pool of grader
-threads (as many as the verifier has helper workers) grades the items of every request in
-arrival order, each item's time limit starting when its grading starts. Connections are closed
-after each answer (HTTP/1.0), so an idle client never holds a connection thread.
+Requests are read by aiohttp's server on one event loop, so a client that sends slowly holds a
+socket, never a thread: a trainer's request is read and answered while any number of stalled
+clients are connected. Every request has a read deadline (`ServerLimits.read_timeout_s`): its
+request line and headers must arrive within it of connecting (aiohttp's `keepalive_timeout`,
+which also closes a connection that never sends a request), and its body within it after them
+(`asyncio.timeout`; a 408 then). The work is CPU-bound grading that blocks on worker pipes and
+the sandbox, so a read request goes to a fixed pool of `connections` threads, which parse it and
+wait for a fixed pool of grader threads (as many as the verifier has helper workers) that
+grades the items of every request in arrival order, each item's time limit starting when its
+grading starts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
+
+from aiohttp import web
 
 from scorers.grade import Grade
 from scorers.rewards._core import Item, grade_now
@@ -50,10 +57,14 @@ class BadRequest(ValueError):
 @dataclass(frozen=True)
 class ServerLimits:
     """Attributes:
-    connections: requests read and answered at once (each on its own thread).
+    connections: requests parsed and graded at once, each on its own thread (more wait,
+        already read; a request being read holds no thread).
     max_body_bytes: largest request body accepted (413 beyond).
     max_items: most queries in one request (413 beyond).
-    read_timeout_s: a client that sends nothing for this long is dropped.
+    read_timeout_s: a request's deadline: its headers must arrive within this many seconds of
+        connecting (else the connection is closed), its body within as long again (else 408).
+        An idle connection is closed after it too. 60 s lets the largest body accepted
+        (256 MB) arrive at 4.5 MB/s; a stalled client holds only a socket meanwhile.
     """
 
     connections: int = 64
@@ -66,12 +77,15 @@ def parse_request(body: bytes, max_items: int) -> tuple[list[str], list[Any], li
     """The (queries, prompts, labels) of an OpenRLHF request body.
 
     Raises:
-        BadRequest: not JSON, not an object, a missing or mistyped key, or lengths that differ.
+        BadRequest: not JSON, nested too deeply, not an object, a missing or mistyped key, or
+            lengths that differ.
     """
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {exc}") from None
+    except RecursionError:  # the decoder recurses per nesting level: "[[[[..." is the client's
+        raise BadRequest(HTTPStatus.BAD_REQUEST, "the body's JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise BadRequest(HTTPStatus.BAD_REQUEST, 'the body must be a JSON object {"query": [...], '
                          '"prompts": [...], "labels": [...]}')  # fmt: skip
@@ -100,110 +114,18 @@ def parse_request(body: bytes, max_items: int) -> tuple[list[str], list[Any], li
     return queries, lists["prompts"], lists["labels"]
 
 
-class _Server(HTTPServer):
-    """An HTTPServer answering each connection on a bounded thread pool."""
-
-    request_queue_size = 1024  # the listen backlog: connections beyond the pool wait here
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], app: RewardServer) -> None:
-        self.app = app
-        self.connections = ThreadPoolExecutor(
-            max_workers=app.limits.connections, thread_name_prefix="reward-conn"
-        )
-        super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self.connections.submit(self._serve_one, request, client_address)
-
-    def _serve_one(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:  # noqa: BLE001 - one connection's fault (reset, timeout) ends only it
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
-        exc = sys.exc_info()[1]
-        if not isinstance(exc, ConnectionError | TimeoutError):
-            self.app.log(f"connection from {client_address[0]} failed: {type(exc).__name__}: {exc}")
+# aiohttp logs a malformed request (a port scanner's) with its traceback: the client gets its
+# 400 from aiohttp, and the terminal stays for the traffic summary.
+_QUIET = logging.getLogger("gradebook.reward.http")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.0"
-    server_version = "gradebook-reward"
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.settimeout(self.server.app.limits.read_timeout_s)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        pass  # thousands of requests a step: the server logs a summary instead
-
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        if self.path.split("?")[0] not in ("/health", *PATHS):
-            return self._send(HTTPStatus.NOT_FOUND, {"error": f"no such path {self.path[:100]}"})
-        self._send(HTTPStatus.OK, self.server.app.health())
-
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        try:
-            if self.path.split("?")[0] not in PATHS:
-                raise BadRequest(HTTPStatus.NOT_FOUND, f"no such path {self.path[:100]}; POST to /")
-            body = self._body()
-            queries, prompts, labels = parse_request(body, self.server.app.limits.max_items)
-            answer = self.server.app.answer(queries, prompts, labels)
-        except BadRequest as exc:
-            self.server.app.count_rejected()
-            return self._send(exc.status, {"error": exc.reason}, exc.reason)
-        except Exception as exc:  # noqa: BLE001 - never take the server down; say what failed
-            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-            self.server.app.log(f"request failed: {reason}")
-            return self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": reason}, reason)
-        self._send(HTTPStatus.OK, answer)
-
-    def _not_allowed(self) -> None:
-        reason = f"{self.command} is not supported; POST a batch to /"
-        self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": reason}, reason)
-
-    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed  # noqa: N815
-
-    def _body(self) -> bytes:
-        length = self.headers.get("Content-Length")
-        if length is None:
-            raise BadRequest(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
-        try:
-            size = int(length)
-        except ValueError:
-            raise BadRequest(
-                HTTPStatus.BAD_REQUEST, f"bad Content-Length {length[:40]!r}"
-            ) from None
-        limit = self.server.app.limits.max_body_bytes
-        if size < 0 or size > limit:
-            raise BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                             f"a body of {size} bytes; at most {limit}")  # fmt: skip
-        body = self.rfile.read(size)
-        if len(body) < size:
-            raise BadRequest(
-                HTTPStatus.BAD_REQUEST, f"the body ended after {len(body)} of {size} bytes"
-            )
-        return body
-
-    def _send(self, status: HTTPStatus, payload: dict[str, Any], reason: str | None = None) -> None:
-        data = json.dumps(payload, separators=(",", ":")).encode() + b"\n"
-        try:
-            self.send_response(status, reason)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("X-Gradebook-Fingerprint", self.server.app.fingerprint)
-            self.end_headers()
-            self.wfile.write(data)
-        except (ConnectionError, TimeoutError):
-            pass  # the client went away; its retry gets a fresh answer
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port); OSError when the address is taken or not local."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # backlog: connections beyond what the loop has accepted wait here
+    return socket.create_server((host, port), family=family, backlog=1024)
 
 
 class RewardServer:
@@ -212,8 +134,11 @@ class RewardServer:
     Args:
         reward: what to grade with (`scorers.rewards.openrlhf_reward(...)`).
         host, port: where to listen (port 0: any free port; see `url`).
-        limits: connection and size bounds.
+        limits: connection, size and time bounds.
         log: where one-line notices go (a summary of the traffic every `report_every_s`).
+
+    Raises:
+        OSError: the address cannot be bound (taken, or not this machine's).
     """
 
     def __init__(
@@ -233,18 +158,31 @@ class RewardServer:
         self._graders = ThreadPoolExecutor(
             max_workers=max(1, reward.spec.concurrency()), thread_name_prefix="reward-grade"
         )
+        self._answerers = ThreadPoolExecutor(
+            max_workers=self.limits.connections, thread_name_prefix="reward-answer"
+        )
         self._lock = threading.Lock()
         self._counts = {"requests": 0, "rejected": 0, "graded": 0, "unscored": 0}
         self._reported = dict(self._counts)
         self._report_every_s = report_every_s
         self._stop = threading.Event()
-        self._httpd = _Server((host, port), self)  # OSError when the address is taken
+        self._sock = _listen(host, port)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
 
     @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) listened on."""
+        host, port = self._sock.getsockname()[:2]
+        return host, port
+
+    @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/"
+        host, port = self.address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
     def answer(self, queries: list[str], prompts: list[Any], labels: list[Any]) -> dict[str, Any]:
         """Grade one request's batch (items queue for the graders in arrival order)."""
@@ -259,6 +197,11 @@ class RewardServer:
             self._counts["graded"] += len(grades)
             self._counts["unscored"] += unscored
         return {**self.reward.respond(grades), "verifier_fingerprint": self.fingerprint}
+
+    def _answer_body(self, body: bytes) -> bytes:
+        """A read body's answer, encoded (on an answer thread: parsing a big batch is CPU)."""
+        queries, prompts, labels = parse_request(body, self.limits.max_items)
+        return _encode(self.answer(queries, prompts, labels))
 
     def _grade(self, items: list[Item]) -> list[Grade]:
         spec = self.reward.spec
@@ -279,30 +222,137 @@ class RewardServer:
             **counts,
         }
 
+    # -- HTTP --------------------------------------------------------------------------------
+    async def _handle(self, request: web.Request) -> web.Response:
+        path = request.path
+        if request.method == "GET":
+            if path not in ("/health", *PATHS):
+                return self._send(HTTPStatus.NOT_FOUND, {"error": f"no such path {path[:100]}"})
+            return self._send(HTTPStatus.OK, self.health())
+        if request.method != "POST":
+            reason = f"{request.method[:20]} is not supported; POST a batch to /"
+            return self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": reason}, reason)
+        try:
+            if path not in PATHS:
+                raise BadRequest(HTTPStatus.NOT_FOUND, f"no such path {path[:100]}; POST to /")
+            body = await self._body(request)
+            loop = asyncio.get_running_loop()
+            data = await loop.run_in_executor(self._answerers, self._answer_body, body)
+        except BadRequest as exc:
+            self.count_rejected()
+            return self._send(exc.status, {"error": exc.reason}, exc.reason)
+        except Exception as exc:  # noqa: BLE001 - never take the server down; say what failed
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            self.log(f"request failed: {reason}")
+            return self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": reason}, reason)
+        return self._response(HTTPStatus.OK, data)
+
+    async def _body(self, request: web.Request) -> bytes:
+        length = request.headers.get("Content-Length")
+        if length is None:
+            raise BadRequest(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
+        try:
+            size = int(length)
+        except ValueError:
+            raise BadRequest(
+                HTTPStatus.BAD_REQUEST, f"bad Content-Length {length[:40]!r}"
+            ) from None
+        limit = self.limits.max_body_bytes
+        if size < 0 or size > limit:
+            raise BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                             f"a body of {size} bytes; at most {limit}")  # fmt: skip
+        deadline = self.limits.read_timeout_s
+        try:
+            async with asyncio.timeout(deadline):
+                return await request.content.readexactly(size)
+        except TimeoutError:
+            got = request.content.total_bytes
+            raise BadRequest(
+                HTTPStatus.REQUEST_TIMEOUT,
+                f"the body did not arrive within {deadline:g} s ({got} of {size} bytes); "
+                "send it whole at once",
+            ) from None
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            got = len(exc.partial) if isinstance(exc, asyncio.IncompleteReadError) else 0
+            raise BadRequest(
+                HTTPStatus.BAD_REQUEST, f"the body ended after {got} of {size} bytes"
+            ) from None
+
+    def _send(
+        self, status: HTTPStatus, payload: dict[str, Any], reason: str | None = None
+    ) -> web.Response:
+        return self._response(status, _encode(payload), reason)
+
+    def _response(self, status: HTTPStatus, data: bytes, reason: str | None = None) -> web.Response:
+        response = web.Response(
+            body=data,
+            status=status,
+            reason=reason,
+            content_type="application/json",
+            headers={"X-Gradebook-Fingerprint": self.fingerprint, "Server": "gradebook-reward"},
+        )
+        if status >= 400:
+            response.force_close()  # what is left of a refused request is not read
+        return response
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        app = web.Application(client_max_size=self.limits.max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(
+            app,
+            access_log=None,  # thousands of requests a step: the server logs a summary instead
+            logger=_QUIET,
+            keepalive_timeout=self.limits.read_timeout_s,
+            lingering_time=0,
+            auto_decompress=False,  # a compressed body is refused as not JSON, never inflated
+            shutdown_timeout=1,
+        )
+        await runner.setup()
+        try:
+            await web.SockSite(runner, self._sock).start()
+            self._ready.set()
+            await self._stopping.wait()
+        finally:
+            await runner.cleanup()
+
     # -- running ----------------------------------------------------------------------------
     def serve_forever(self) -> None:
         """Serve until `close()` (from another thread) or KeyboardInterrupt."""
         reporter = threading.Thread(target=self._report_loop, daemon=True, name="reward-report")
         reporter.start()
         try:
-            self._httpd.serve_forever(poll_interval=0.2)
+            asyncio.run(self._serve())
+        except BaseException as exc:
+            self._failed = exc  # for start(), which waits in another thread
+            raise
         finally:
             self._stop.set()
+            self._ready.set()
 
     def start(self) -> RewardServer:
-        """Serve in a background thread (tests, notebooks); returns self."""
+        """Serve in a background thread (tests, notebooks); returns self once listening."""
         self._thread = threading.Thread(target=self.serve_forever, daemon=True, name="reward-http")
         self._thread.start()
+        self._ready.wait()
+        if self._failed is not None:
+            raise self._failed
         return self
 
     def close(self) -> None:
         self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._httpd.connections.shutdown(wait=False, cancel_futures=True)
-        self._graders.shutdown(wait=False, cancel_futures=True)
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:
+                pass  # the loop ended meanwhile
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._sock.close()
+        self._answerers.shutdown(wait=False, cancel_futures=True)
+        self._graders.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> RewardServer:
         return self.start()
@@ -326,3 +376,7 @@ class RewardServer:
                 f"{now['rejected'] - before['rejected']} bad requests); "
                 f"{now['graded']} since start"
             )
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode() + b"\n"
