@@ -112,7 +112,9 @@ def _load(config: Path, *, tasks: bool = False, generates: bool = False) -> Any:
         cfg = load_config(config)
         if tasks:
             _check_tasks(cfg)
-        if generates:
+        if generates and cfg.cluster is None:
+            # in cluster mode the workers need them, not this host: each generate run checks
+            # its own host's environment (flows.cluster.work)
             from flows.model_servers import check_model_env
 
             check_model_env(cfg)
@@ -245,6 +247,24 @@ def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> No
             raise _fail(str(exc) if len(names) == 1 else f"{exc} ({problem})") from None
 
 
+def _check_readable(files: list[Path], given: int) -> None:
+    """When no log given can be read (a truncated archive, a file that is not a log), say why
+    for each, one line, and stop (exit 2) before any Prefect start; with some readable, the
+    stage scores those and reports the others."""
+    from warehouse.logs import LogReadError, read_header
+
+    problems = []
+    for path in files:
+        try:
+            read_header(str(path))
+        except LogReadError as exc:
+            problems.append(str(exc))
+    if problems and len(problems) == given:
+        for line in problems:
+            err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+        raise typer.Exit(2)
+
+
 def _check_logs_scorers(logs: list[str], db: Path) -> None:
     """Logs scored with the verifiers they name or their own scorers: each log whose scorers
     cannot be resolved is one line, and nothing is written (exit 2)."""
@@ -351,6 +371,7 @@ def score(
     if missing:
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
     _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
+    _check_readable([p for p in logs if p.is_file()], len(logs))
     if model_role:
         from flows.model_roles import log_entries
         from warehouse.logs import LogReadError, expand_log_paths
