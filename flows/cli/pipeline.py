@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.model_roles import ModelRoleOption
-from flows.runtime.console import console, err_console, quiet_prefect
+from flows.runtime.console import console, err_console, quiet_prefect, waiting
 from flows.verifier_modules import ModulesOption
 
 __all__ = ["register"]
@@ -294,9 +294,9 @@ def sweep(
     signal exits at once.
     """
     quiet_prefect(verbose)  # before Prefect is imported: its logging is set up then
-    from flows.sweep import run_sweep
-
-    cfg = _load(config, generates=True)
+    cfg = _load(config, generates=True)  # a bad config is said before seconds of imports
+    with waiting("loading Inspect and Prefect", plain=False):
+        from flows.sweep import run_sweep
     result = _run_flow(
         verbose,
         lambda: run_sweep(cfg, workers=workers, gate=not no_gate),
@@ -326,9 +326,9 @@ def generate(
 ) -> None:
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
     quiet_prefect(verbose)
-    from flows.generate import generate_flow
-
-    cfg = _load(config, generates=True)
+    cfg = _load(config, generates=True)  # a bad config is said before seconds of imports
+    with waiting("loading Inspect and Prefect", plain=False):
+        from flows.generate import generate_flow
     results = _run_flow(verbose, lambda: generate_flow(cfg), meanwhile=lambda: _check_tasks(cfg))
     table = Table(title="generated logs", title_justify="left")
     for col in ("model", "task", "samples", "errored", "status", "log"):
