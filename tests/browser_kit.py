@@ -64,9 +64,20 @@ def _run(args: list[str], profile: Path, timeout: float = 180) -> str:
 
 
 def screenshot(
-    url: str, png: Path, *, width: int, height: int, profile: Path, budget_ms: int = 10_000
+    url: str,
+    png: Path,
+    *,
+    width: int,
+    height: int,
+    profile: Path,
+    min_colours: int = 50,
+    budget_ms: int = 10_000,
 ) -> Path:
-    """A PNG of `url` in a window of width × height (kept in $GRADEBOOK_SCREENSHOTS too)."""
+    """A PNG of `url` in a window of width × height (kept in $GRADEBOOK_SCREENSHOTS too),
+    checked to be that size and not blank: a blank or error page has a handful of colours,
+    text and charts have hundreds."""
+    from PIL import Image
+
     _run(
         [
             f"--window-size={width},{height}",
@@ -80,6 +91,10 @@ def screenshot(
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(png, Path(keep) / png.name)
+    with Image.open(png) as img:
+        assert img.size == (width, height), img.size
+        colours = img.convert("RGB").getcolors(maxcolors=1_000_000) or []
+    assert len(colours) > min_colours, f"{png.name}: {len(colours)} colours: blank?"
     return png
 
 

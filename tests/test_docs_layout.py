@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from browser_kit import WAIT_FOR, measure, need_chromium, screenshot
-from PIL import Image
 
 pytestmark = pytest.mark.slow
 
@@ -126,16 +125,13 @@ def test_no_page_hides_content_behind_a_horizontal_scrollbar(site, tmp_path: Pat
 def test_the_home_page_diagram_fits(site, tmp_path: Path, width: int) -> None:
     need_chromium()
     root = site
-    png = screenshot(
+    screenshot(
         (root / "index.html").as_uri(),
         tmp_path / f"docs-home-{width}.png",
         width=width,
         height=900,
         profile=tmp_path / "profile",
     )
-    with Image.open(png) as img:
-        assert img.size == (width, 900)
-        assert len(img.convert("RGB").getcolors(maxcolors=1_000_000) or []) > 50
     page = root / "index.html"
     drawn = measure(
         page,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from browser_kit import FLAGS, need_chromium
 from gate_world import exact, ingest, lenient, outage_judge, run_eval, score_run
 from inspect_ai.log import read_eval_log, write_eval_log
 from PIL import Image
@@ -20,24 +20,7 @@ from warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,2000",
-    "--virtual-time-budget=5000",
-]
-
-
-def _chromium() -> str | None:
-    return next(
-        (shutil.which(b) for b in ("chromium", "chromium-browser") if shutil.which(b)), None
-    )
+CHROMIUM_FLAGS = [*FLAGS, "--window-size=1400,2000", "--virtual-time-budget=5000"]
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +70,7 @@ def test_report_is_self_contained_and_shows_the_outage(report) -> None:
 
 
 def test_report_renders_in_headless_chromium(report, tmp_path: Path) -> None:
-    from conftest import need
-
-    chromium = _chromium()
-    need(chromium is not None, "chromium not installed: run `bash infra/install_chromium.sh`")
+    chromium = need_chromium()
     out, _ = report
     png = tmp_path / "report.png"
     base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]

@@ -85,6 +85,12 @@ def _run_flow(
             return fn()
     except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseError) as exc:
         raise _fail(str(exc)) from None
+    except RuntimeError as exc:
+        from flows.cluster.dispatch import DispatchError
+
+        if isinstance(exc, DispatchError):  # a cluster without its deployments or workers
+            raise _fail(str(exc)) from None
+        raise
     except KeyboardInterrupt:
         stopped = stop_signal()
         if stopped is None:

@@ -519,10 +519,11 @@ def _flips_section(data: ReportData) -> str:
             )
         more = ""
         if c.n_flips > len(c.flips):
+            scorer, new, old = (_sql(x) for x in (c.scorer, c.fingerprint, c.previous or ""))
             query = (
-                f"SELECT * FROM grade_flips WHERE scorer = '{c.scorer}' AND "
-                f"'{c.fingerprint}' IN (old_fingerprint, new_fingerprint) AND "
-                f"'{c.previous}' IN (old_fingerprint, new_fingerprint)"
+                f"SELECT * FROM grade_flips WHERE scorer = {scorer} AND "
+                f"{new} IN (old_fingerprint, new_fingerprint) AND "
+                f"{old} IN (old_fingerprint, new_fingerprint)"
             )
             more = (
                 f'<p class="meta">… and {c.n_flips - len(c.flips)} more: '
@@ -534,6 +535,11 @@ def _flips_section(data: ReportData) -> str:
             f'<table class="flips">{head}{"".join(rows)}</table>{more}</details>'
         )
     return "".join(parts)
+
+
+def _sql(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _clip(text: str | None, limit: int = 80) -> str:
