@@ -377,7 +377,6 @@ def score(
     if missing:
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
     _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
-    _check_readable([p for p in logs if p.is_file()], len(logs))
     if model_role:
         from flows.model_roles import log_entries
         from warehouse.logs import LogReadError, expand_log_paths
@@ -408,6 +407,7 @@ def score(
 
         prewarm_for([str(p) for p in logs], verifier)
 
+    _check_readable([p for p in logs if p.is_file()], len(logs))
     quiet_prefect(verbose)  # before Prefect is first imported
     from flows.score import score_flow
     from warehouse.logs import LogReadError, expand_log_paths
