@@ -896,7 +896,7 @@ def _score_run_name() -> str:
     )
 
 
-def label_score_run(ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
+def _label_score_run(ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
     """Name the score flow run for what it scores, `score math_verified · demo-v2 (26
     samples)`, and tag it with the tasks, models and verifiers (once the logs are ingested)."""
     runs = [r for r in ingested if r.run_id in plan]
@@ -958,7 +958,7 @@ def score_flow(
         if expected_samples(logs) > EARLY_START_CHUNKS * opts.chunk_size:
             _start_for(pool, verifiers_for(logs, verifiers))
         plan, ingested = ingest_task(warehouse, logs, verifiers)
-        label_score_run(ingested, plan)
+        _label_score_run(ingested, plan)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:
         pool.close()
