@@ -343,10 +343,53 @@ def _loc(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:
 def _message(err: dict[str, Any]) -> str:
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        return "unknown key; check the spelling (see examples/demo.toml for every key)"
+        return _unknown_key(err["loc"])
     if err["type"] == "missing":
         return "required key is missing"
     return msg
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    """`unknown key; did you mean 'name'?` with the keys allowed where it was written."""
+    import difflib
+
+    allowed = _keys_at(loc[:-1])
+    if not allowed:
+        return "unknown key; check the spelling (docs/reference/config.md lists every key)"
+    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key; {guess}keys here: {', '.join(allowed)}"
+
+
+def _keys_at(loc: tuple[Any, ...]) -> list[str]:
+    """The keys a config allows at a location (the model of the table written there)."""
+    import typing
+
+    model: Any = SweepConfig
+    is_mapping = False
+    for item in loc:
+        if isinstance(item, int):
+            continue
+        if is_mapping:  # `model_roles.grader`: a key of the user's, not a field
+            is_mapping = False
+            continue
+        field = model.model_fields.get(item) if isinstance(model, type) else None
+        if field is None:
+            return []
+        model, is_mapping = None, False
+        stack = [field.annotation]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                model = t
+                break
+            if typing.get_origin(t) in (dict, Mapping):
+                is_mapping = True
+            stack.extend(typing.get_args(t))
+        if model is None:
+            return []
+    fields = model.model_fields
+    return [name for name, f in fields.items() if not f.exclude]
 
 
 def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> SweepConfig:
@@ -396,8 +439,21 @@ def load_config(path: Path | str) -> SweepConfig:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file; pass the path of a sweep TOML file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.__class__.__name__})") from None
+    except IsADirectoryError:
+        found = sorted(p.name for p in path.glob("*.toml"))[:3]
+        hint = f" (here: {', '.join(found)})" if found else ""
+        raise ConfigError(
+            f"{path}: is a directory, not a sweep config; pass the path of its .toml file{hint}"
+        ) from None
+    except PermissionError:
+        raise ConfigError(
+            f"{path}: no permission to read it; check its owner and mode (`ls -l {path}`)"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not text (byte {exc.start} is not UTF-8), so not a sweep config; pass "
+            "the sweep's .toml file"
+        ) from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -14,6 +14,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.gate import evaluate_gates, gate_markdown, overall_exit_code
+from flows.runtime.run_names import count, parameter
 from flows.runtime.run_owner import record_owner
 from gates.rules import GateResult, GateRules
 
@@ -25,7 +26,21 @@ def _artifact_key(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:100] or "gate"
 
 
-@task(name="gate", cache_policy=NO_CACHE)
+def _gating(sweep: str | None, run_ids: Sequence[str] | None) -> str:
+    if sweep:
+        return f"sweep {sweep}"
+    if run_ids and len(run_ids) == 1:
+        return f"run {run_ids[0]}"
+    return count(len(run_ids), "run") if run_ids else "the newest runs"
+
+
+@task(
+    name="gate",
+    task_run_name=lambda parameters: (
+        f"gate {_gating(parameters.get('sweep'), parameters.get('run_ids'))}"
+    ),
+    cache_policy=NO_CACHE,
+)
 def run_gates(
     db: str | Path,
     run_ids: Sequence[str] | None = None,
@@ -52,7 +67,12 @@ def run_gates(
     return results
 
 
-@flow(name="gate", log_prints=False, on_running=[record_owner])
+@flow(
+    name="gate",
+    flow_run_name=lambda: f"gate {_gating(parameter('sweep'), parameter('run_ids'))}",
+    log_prints=False,
+    on_running=[record_owner],
+)
 def gate_flow(
     db: str,
     run_ids: list[str] | None = None,

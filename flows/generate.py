@@ -23,11 +23,18 @@ from flows.model_servers import endpoint, server_problem
 from flows.runtime.console import err_console, one_line, verbose
 from flows.runtime.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
 from flows.runtime.progress import generation_progress, quiet_hook_banner
+from flows.runtime.run_names import count, label_run, parameter, tag
 from flows.runtime.run_owner import record_owner
 from flows.task_specs import check_tasks, load_task
-from flows.verifier_specs import check_verifiers, task_verifier_entries
+from flows.verifier_specs import check_verifiers, task_verifier_entries, task_verifier_names
 
-__all__ = ["GenerationResult", "generate_flow", "generate_for_model"]
+__all__ = [
+    "GenerationResult",
+    "config_tags",
+    "config_title",
+    "generate_flow",
+    "generate_for_model",
+]
 
 
 @dataclass(frozen=True)
@@ -232,9 +239,47 @@ def _result(model: str, task_label: str, log: Any) -> GenerationResult:
     )
 
 
+def config_title(config: SweepConfig | str | Path | None) -> str:
+    """`nightly · 2 models × 3 tasks`: a sweep config as a run's name says it; a path is read
+    as TOML only (cheap, runs no code), and one that cannot be read is named by its file."""
+    if isinstance(config, SweepConfig):
+        name, models, tasks = config.name, len(config.models), len(config.tasks)
+    else:
+        import tomllib
+
+        try:
+            raw = tomllib.loads(Path(str(config)).read_text(encoding="utf-8"))
+            name = str(raw.get("name") or Path(str(config)).stem)
+            models, tasks = len(raw.get("models") or []), len(raw.get("tasks") or [])
+        except (OSError, ValueError, TypeError):
+            return Path(str(config)).name
+    return f"{name} · {count(models, 'model')} × {count(tasks, 'task')}"
+
+
+def config_tags(cfg: SweepConfig) -> list[str]:
+    """The UI's filter tags of a sweep's runs: its name, models, tasks and verifiers."""
+    verifiers = {n for t in cfg.tasks for n in task_verifier_names(t, cfg.model_roles)}
+    return [
+        tag("sweep", cfg.name),
+        *(tag("model", m.label) for m in cfg.models),
+        *(tag("task", t.label) for t in cfg.tasks),
+        *(tag("verifier", v) for v in sorted(verifiers)),
+    ]
+
+
+def _generate_run_name() -> str:
+    return f"generate {config_title(parameter('config'))}"
+
+
 # no cache policy: a generation is never to be served from a cache, and computing the key
 # (the task's source, its inputs including the model's scripted outputs) costs every sweep
-@task(name="generate-model", task_run_name="generate {model_cfg.label}", cache_policy=NO_CACHE)
+@task(
+    name="generate-model",
+    task_run_name=lambda parameters: (
+        f"generate {parameters['model_cfg'].label} · {count(len(parameters['tasks']), 'task')}"
+    ),
+    cache_policy=NO_CACHE,
+)
 def generate_for_model(
     model_cfg: ModelConfig,
     tasks: list[TaskConfig],
@@ -246,7 +291,12 @@ def generate_for_model(
     return run_generation(model_cfg, tasks, log_dir, sweep=sweep, roles=roles)
 
 
-@flow(name="generate", log_prints=False, on_running=[record_owner])
+@flow(
+    name="generate",
+    flow_run_name=_generate_run_name,
+    log_prints=False,
+    on_running=[record_owner],
+)
 def generate_flow(config: SweepConfig | str) -> list[GenerationResult]:
     """Generate (never score) every (model, task) of a sweep config into its log dir.
 
@@ -254,6 +304,7 @@ def generate_flow(config: SweepConfig | str) -> list[GenerationResult]:
         config: a SweepConfig or the path of a sweep TOML file.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
+    label_run(tags=config_tags(cfg))
     check_tasks(cfg)
     check_verifiers(cfg)
     return generate_models(cfg)
@@ -267,7 +318,8 @@ def generate_models(cfg: SweepConfig) -> list[GenerationResult]:
         if stop_signal() is not None:
             results += [not_started(model_cfg, t) for t in cfg.tasks]
             continue
-        results += generate_for_model(
+        tags = [tag("model", model_cfg.label), *(tag("task", t.label) for t in cfg.tasks)]
+        results += generate_for_model.with_options(tags=tags)(
             model_cfg, cfg.tasks, cfg.log_dir, sweep=cfg.name, roles=cfg.model_roles or None
         )
     return results

@@ -24,6 +24,7 @@ __all__ = [
     "Endpoint",
     "check_model_env",
     "endpoint",
+    "env_problem",
     "judge_problem",
     "server_problem",
 ]
@@ -74,22 +75,30 @@ def check_model_env(cfg: SweepConfig) -> None:
     named = [(f"models[{i}] ({m.label})", m) for i, m in enumerate(cfg.models)]
     named += [(f"model_roles.{name}", m) for name, m in cfg.model_roles.items()]
     for key, m in named:
-        service = _service_env(m.model)
-        if service is None:
-            continue
-        where = f"{cfg.source}: {key}"
-        key_var = str(m.args.get("api_key_var") or f"{service}_API_KEY")
-        if not m.args.get("api_key") and not os.environ.get(key_var):
-            raise ConfigError(
-                f"{where}: {m.model} needs {key_var} in the environment (Inspect's openai-api "
-                f"provider reads the API key from it; any value for a server without auth): "
-                f"export {key_var}=..."
-            )
-        if endpoint(m) is None:
-            raise ConfigError(
-                f"{where}: {m.model} needs a server URL: set base_url in the config, or "
-                f"export {service}_BASE_URL=http://host:port/v1"
-            )
+        problem = env_problem(m)
+        if problem is not None:
+            raise ConfigError(f"{cfg.source}: {key}: {problem}")
+
+
+def env_problem(m: ModelConfig | RoleModel) -> str | None:
+    """What this process's environment lacks for the model (Inspect reads an `openai-api/`
+    model's key and URL from variables), as one line ending in the fix; None: nothing."""
+    service = _service_env(m.model)
+    if service is None:
+        return None
+    key_var = str(m.args.get("api_key_var") or f"{service}_API_KEY")
+    if not m.args.get("api_key") and not os.environ.get(key_var):
+        return (
+            f"{m.model} needs {key_var} in the environment (Inspect's openai-api provider "
+            f"reads the API key from it; any value for a server without auth): "
+            f"export {key_var}=..."
+        )
+    if endpoint(m) is None:
+        return (
+            f"{m.model} needs a server URL: set base_url in the config, or "
+            f"export {service}_BASE_URL=http://host:port/v1"
+        )
+    return None
 
 
 def server_problem(cfg: ModelConfig | RoleModel, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:

@@ -14,6 +14,7 @@ over, up to WATCH_MAX_ATTEMPT attempts per sample.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from flows.rescore_plan import (
     record_current,
 )
 from flows.runtime.console import console
+from flows.runtime.run_names import count, label_run, listed, parameter, tag
 from flows.runtime.run_owner import record_owner
 from flows.score import RunScore, ScoreOptions, score_runs
 from warehouse.commands import command
@@ -136,7 +138,15 @@ def _flips_description(plan: RescorePlan) -> str:
     return text
 
 
-@task(name="rescore", cache_policy=NO_CACHE)
+def _rescore_what(scorers: Sequence[str] | None) -> str:
+    return listed(scorers) if scorers else "changed verifiers"
+
+
+@task(
+    name="rescore",
+    task_run_name=lambda parameters: f"rescore {_rescore_what(parameters.get('scorers'))}",
+    cache_policy=NO_CACHE,
+)
 def rescore_task(
     warehouse: str,
     scorers: list[str] | None,
@@ -150,7 +160,23 @@ def rescore_task(
     return plans
 
 
-@flow(name="rescore", log_prints=False, on_running=[record_owner])
+def _label_rescore_run(plans: Sequence[RescorePlan]) -> None:
+    """`rescore math @eed6147ab1 (52 samples)`, tagged with each verifier re-scored."""
+    done = [p for p in plans if p.changed]
+    if not done:
+        label_run("rescore: nothing to re-score")
+        return
+    what = listed(f"{p.scorer} @{p.digest[:10]}" for p in done)
+    samples = count(sum(p.pending + p.retries for p in done), "sample")
+    label_run(f"rescore {what} ({samples})", [tag("verifier", p.scorer) for p in done])
+
+
+@flow(
+    name="rescore",
+    flow_run_name=lambda: f"rescore {_rescore_what(parameter('scorers'))}",
+    log_prints=False,
+    on_running=[record_owner],
+)
 def rescore_flow(
     warehouse: str = "gradebook.duckdb",
     scorers: list[str] | None = None,
@@ -174,7 +200,10 @@ def rescore_flow(
     """
     import_verifier_modules(verifier_modules or [], warehouse)
     opts = ScoreOptions(workers=workers, progress=progress)
-    return rescore_task(warehouse, scorers, dry_run, opts, retry_unscored)
+    plans = rescore_task(warehouse, scorers, dry_run, opts, retry_unscored)
+    if not dry_run:
+        _label_rescore_run(plans)
+    return plans
 
 
 @dataclass
@@ -314,7 +343,12 @@ def _at_cap(found: dict[str, list[tuple[str, str, int, int]]]) -> int:
     return sum(k for rows in found.values() for *_, a, k in rows if a >= WATCH_MAX_ATTEMPT)
 
 
-@flow(name="verifier-watcher", log_prints=False, on_running=[record_owner])
+@flow(
+    name="verifier-watcher",
+    flow_run_name=lambda: f"watch verifiers · {Path(str(parameter('warehouse'))).name}",
+    log_prints=False,
+    on_running=[record_owner],
+)
 def watch_verifiers(
     warehouse: str = "gradebook.duckdb",
     verifier_modules: list[str] | None = None,

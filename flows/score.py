@@ -47,6 +47,7 @@ from flows.grading_pool import (
     grade_chunk,
 )
 from flows.runtime.console import progress_bar
+from flows.runtime.run_names import count, label_run, listed, parameter, tag
 from flows.runtime.run_owner import record_owner
 from flows.warm_start import (
     EARLY_START_CHUNKS,
@@ -873,7 +874,11 @@ def ingest_and_plan(
     return plan, results
 
 
-@task(name="ingest", cache_policy=NO_CACHE)
+@task(
+    name="ingest",
+    task_run_name=lambda parameters: f"ingest {count(len(parameters['logs']), 'log')}",
+    cache_policy=NO_CACHE,
+)
 def ingest_task(
     warehouse_path: str, logs: list[str], verifiers: list[str] | None, limits: Any = None
 ) -> tuple[dict[str, list[str]], list[Any]]:
@@ -890,7 +895,40 @@ class ScoreSummaries(list[RunScore]):
         self.problems = list(problems)
 
 
-@flow(name="score", log_prints=False, on_running=[record_owner])
+def _score_run_name() -> str:
+    logs = parameter("logs") or []
+    return (
+        f"score {Path(str(logs[0])).name}" if len(logs) == 1 else f"score {count(len(logs), 'log')}"
+    )
+
+
+def _label_score_run(ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
+    """Name the score flow run for what it scores, `score math_verified · demo-v2 (26
+    samples)`, and tag it with the tasks, models and verifiers (once the logs are ingested)."""
+    runs = [r for r in ingested if r.run_id in plan]
+    if not runs:
+        return
+    tasks = [r.task or "?" for r in runs]
+    models = [(r.model or "?").rsplit("/", 1)[-1] for r in runs]
+    samples = count(sum(r.samples_total for r in runs), "sample")
+    what = f"{listed(tasks)} · {listed(models)}"
+    name = (
+        f"score {what} ({samples})"
+        if len(runs) == 1
+        else f"score {len(runs)} runs: {what} ({samples})"
+    )
+    verifiers = sorted({v for names in plan.values() for v in names})
+    label_run(
+        name,
+        [
+            *(tag("task", t) for t in dict.fromkeys(tasks)),
+            *(tag("model", r.model or "?") for r in runs),
+            *(tag("verifier", v) for v in verifiers),
+        ],
+    )
+
+
+@flow(name="score", flow_run_name=_score_run_name, log_prints=False, on_running=[record_owner])
 def score_flow(
     logs: list[str],
     warehouse: str = "gradebook.duckdb",
@@ -926,6 +964,7 @@ def score_flow(
         if expected_samples(logs) > EARLY_START_CHUNKS * opts.chunk_size:
             _start_for(pool, verifiers_for(logs, verifiers))
         plan, ingested = ingest_task(warehouse, logs, verifiers)
+        _label_score_run(ingested, plan)
         summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
     finally:
         pool.close()

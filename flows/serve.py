@@ -182,7 +182,11 @@ def _supervise(runner: subprocess.Popen[bytes]) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if not first:
-        err_console.print(f"[red]error:[/red] the Prefect runner exited (code {code})")
+        err_console.print(
+            f"[red]error:[/red] the Prefect runner exited (code {code}) before any signal: "
+            "what it said is above; run `gradebook serve -v` to see Prefect's own lines too",
+            soft_wrap=True,
+        )
         return 2
     _settle(first[0][2] | left)
     console.print("gradebook serve: stopped")

@@ -17,8 +17,9 @@ from prefect.states import Cancelled
 
 from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
-from flows.generate import GenerationResult, generate_models
+from flows.generate import GenerationResult, config_tags, config_title, generate_models
 from flows.runtime.interrupts import exit_code, signal_name, stop_on_signals, stop_signal
+from flows.runtime.run_names import label_run, parameter
 from flows.runtime.run_owner import record_owner
 from flows.score import (
     GradingPool,
@@ -282,7 +283,11 @@ def _dicts(cursor: Any) -> list[dict[str, Any]]:
     return [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
 
 
-@flow(name="sweep", log_prints=False, on_running=[record_owner])
+def _sweep_run_name() -> str:
+    return f"sweep {config_title(parameter('config'))}"
+
+
+@flow(name="sweep", flow_run_name=_sweep_run_name, log_prints=False, on_running=[record_owner])
 def sweep_flow(
     config: SweepConfig | str,
     workers: int | None = None,
@@ -301,6 +306,7 @@ def sweep_flow(
     pools (`flows.cluster.dispatch`); without one everything runs in this process.
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
+    label_run(tags=config_tags(cfg))
     # a task that cannot load is bad input: stop before any model is called
     expected = check_tasks(cfg)
     check_verifiers(cfg)  # so is a scorer that cannot be resolved

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_kit import file_state, gradebook, shell_env
 from gate_world import run_eval
+from warehouse_logs import truncated
 
 from warehouse import Warehouse
 
@@ -28,6 +29,9 @@ class World:
     broken_cfg: Path  # a sweep config whose verifier_modules entry raises on import
     nokey_cfg: Path  # a sweep config with an openai-api model whose API key is not set
     modules: Path  # where the broken verifier module lives (PYTHONPATH)
+    cut: Path  # the real log, cut short (a copy that stopped half-way)
+    cfgdir: Path  # a directory holding a sweep config, given where the config goes
+    typo_cfg: Path  # a sweep config with a misspelt key
 
 
 def _config(path: Path, *, warehouse: Path, model: str, modules: list[str]) -> Path:
@@ -78,7 +82,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
         model="openai-api/nokeysvc/some-model",
         modules=[],
     )
-    return World(root, log, valid, notdb, broken_cfg, nokey_cfg, modules)
+    (root / "cut").mkdir()
+    cut = truncated(log, root / "cut" / "copied-half-way.eval")
+    cfgdir = root / "configs"
+    cfgdir.mkdir()
+    (cfgdir / "nightly.toml").write_text('name = "n"\n')
+    typo_cfg = root / "typo.toml"
+    typo_cfg.write_text(
+        'name = "typo"\nwarehouse = "typo.duckdb"\n[[models]]\nmodel = "mockllm/model"\n'
+        'nmae = "m1"\n[[tasks]]\ntask = "math_verified"\n'
+    )
+    return World(root, log, valid, notdb, broken_cfg, nokey_cfg, modules, cut, cfgdir, typo_cfg)
 
 
 # (case id, argv with placeholders, the file that must stay as it was, text the line must name)
@@ -150,6 +164,27 @@ CASES = [
         "valid",
         "Inspect model string",
     ),
+    # a log cut short: not "EOCD not found" alone, but what the file is and what to do
+    (
+        "ingest-truncated",
+        ["ingest", "{cut}", "--db", "{valid}"],
+        "valid",
+        "not a complete .eval archive: it ends before its zip directory",
+    ),
+    ("score-truncated", ["score", "{cut}", "--db", "{valid}"], "valid", "re-run its generation"),
+    (
+        "sweep-config-dir",
+        ["sweep", "{cfgdir}"],
+        "valid",
+        "configs: is a directory, not a sweep config; pass the path of its .toml file (here: "
+        "nightly.toml)",
+    ),
+    (
+        "sweep-config-typo",
+        ["sweep", "{typo_cfg}"],
+        "valid",
+        "models[0] (mockllm/model).nmae: unknown key; did you mean 'name'?",
+    ),
 ]
 
 
@@ -173,6 +208,9 @@ def test_bad_input_is_exit_2_and_one_line(
         "root": tmp_path,
         "broken_cfg": world.broken_cfg,
         "nokey_cfg": world.nokey_cfg,
+        "cut": world.cut,
+        "cfgdir": world.cfgdir,
+        "typo_cfg": world.typo_cfg,
     }
     args = [a.format(**values) for a in argv]
     watched_file = files[watched]

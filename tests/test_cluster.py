@@ -231,3 +231,42 @@ def test_a_cpu_host_dying_mid_chunk_is_retried_without_lost_or_doubled_scores(cl
     assert result.rows[0].scored == 12
     assert result.dispatch.missing_scores == 0
     assert result.exit_code == EXIT_OK
+
+
+@pytest.mark.slow
+def test_a_gpu_host_without_the_models_key_fails_its_stage_and_says_which_host_lacks_what(
+    cluster, tmp_path, monkeypatch
+):
+    import socket
+
+    from flows.cluster.dispatch import print_report
+    from flows.runtime.console import console
+
+    # the dispatcher has the key; the GPU worker (started before it was set) does not
+    monkeypatch.setenv("CKPT_API_KEY", "only-on-the-dispatcher")
+    monkeypatch.setenv("CKPT_BASE_URL", "http://127.0.0.1:9/v1")
+    cfg = _config(tmp_path, cluster["verifier"], "cluster-nokey", chunk_size=6)
+    raw = cfg.model_dump(mode="json")
+    raw["models"] = [{"name": "ckpt", "model": "openai-api/ckpt/m"}]
+    cfg = parse_config(raw, source=tmp_path / "sweep.toml")
+    result = sweep_flow(cfg, progress=False)
+
+    [gen] = result.dispatch.stage("generate")
+    assert gen.attempts == 1  # the same host would lack it again: not dispatched twice
+    runs = _flow_runs(gen.flow_run_ids)
+    run = runs[gen.flow_run_ids[0]][0]
+    assert run.state.type.value == "FAILED"
+    # named and tagged in the UI for what it ran
+    assert run.name == "generate ckpt · 1 task (sweep cluster-nokey)"
+    assert {"model:ckpt", "task:arith", "sweep:cluster-nokey", "gradebook-cluster"} <= set(run.tags)
+    assert result.dispatch.summary()["generate"]["failed"] == 1
+    host = socket.gethostname()
+    [row] = result.rows
+    assert row.state == "failed" and f"host {host}" in row.note and "CKPT_API_KEY" in row.note
+    assert "gradebook cluster worker gpu" in row.note
+    with console.capture() as out:
+        print_report(result.dispatch)
+    text = out.get()
+    assert "generate on gpu: 0/1 done" in text and "FAILED" in text
+    assert "CKPT_API_KEY" in text and host in text
+    assert result.exit_code != EXIT_OK

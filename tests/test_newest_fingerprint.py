@@ -73,10 +73,13 @@ class World:
             "WHERE scorer = ? ORDER BY sample_id"
         )
         assert flips == [(other, fp, s, values[int(s[1:])]) for s in ("q004", "q005")]
-        # the report: top flips of the newest fingerprint, coverage under it
+        # the report: the flips of the last change read to the newest fingerprint, coverage
+        # under it
         with Warehouse(self.db).read() as con:
             data = collect_report(con)
-        assert {f.new_fingerprint for f in data.flips if f.scorer == self.name} == {fp}
+        last = [c for c in data.fingerprint_changes if c.scorer == self.name][-1]
+        assert last.fingerprint == fp and {f.new_fingerprint for f in last.flips} == {fp}
+        assert {f.sample_id for f in last.flips} == {"q004", "q005"}
         assert {c.fingerprint for c in data.coverage if c.scorer == self.name} == {fp}
         # the scored copies for `inspect view`
         score_flow(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from browser_kit import FLAGS, need_chromium
 from gate_world import exact, ingest, lenient, outage_judge, run_eval, score_run
 from inspect_ai.log import read_eval_log, write_eval_log
 from PIL import Image
@@ -20,24 +20,7 @@ from warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,2000",
-    "--virtual-time-budget=5000",
-]
-
-
-def _chromium() -> str | None:
-    return next(
-        (shutil.which(b) for b in ("chromium", "chromium-browser") if shutil.which(b)), None
-    )
+CHROMIUM_FLAGS = [*FLAGS, "--window-size=1400,2000", "--virtual-time-budget=5000"]
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +53,10 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Warehouse]:
 def test_report_is_self_contained_and_shows_the_outage(report) -> None:
     out, _ = report
     html = out.read_text(encoding="utf-8")
-    # no network: plotly.js inline, no external script or stylesheet
+    # no network: plotly.js inline (compressed), no external script or stylesheet
     assert not re.search(r"<script[^>]+src=", html)
     assert not re.search(r"<link[^>]+href=", html)
-    assert "Plotly.newPlot" in html
+    assert 'id="plotly-js-gzip"' in html and "Plotly.newPlot" in html
     # both accuracies of the outage run, and its failing rule, in the gate table
     gates = html[html.index('<table id="gates">') : html.index("</table>")]
     row = next(r for r in gates.split("<tr>") if ">outage<" in r)
@@ -81,16 +64,13 @@ def test_report_is_self_contained_and_shows_the_outage(report) -> None:
     assert "<td>0.667</td><td>1.000</td>" in row
     assert "max_unscored_rate[exact]" in row
     # the flip the verifier change caused: "7.0" was wrong under v1, right under v2
-    flips = html[html.index('<table id="flips">') :]
+    flips = html[html.index('<details id="flips-') :]
     assert "fp-v1 → fp-v2" in flips
-    assert "0 → 1" in flips
+    assert "wrong → right" in flips and "<td>7.0</td>" in flips
 
 
 def test_report_renders_in_headless_chromium(report, tmp_path: Path) -> None:
-    from conftest import need
-
-    chromium = _chromium()
-    need(chromium is not None, "chromium not installed: run `bash infra/install_chromium.sh`")
+    chromium = need_chromium()
     out, _ = report
     png = tmp_path / "report.png"
     base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]

@@ -153,7 +153,7 @@ def read_header(path: str, *, fast: bool = True, limits: InflateLimits | None = 
     except InflateRefused as exc:
         raise LogReadError(f"{path}: refused ({exc})") from exc
     except Exception as exc:  # any parse failure means the same thing to the user
-        raise LogReadError(f"{path}: unreadable Inspect log ({_one_line(exc)})") from exc
+        raise LogReadError(unreadable_log(path, exc)) from exc
     if key is not None:
         if len(_HEADERS) >= _HEADERS_KEPT:
             del _HEADERS[next(iter(_HEADERS))]
@@ -195,6 +195,30 @@ def check_for_inspect(path: str, limits: InflateLimits, members: Any) -> None:
         for info in infos.values():
             if members(info.filename):
                 inflate(f, info, budget, keep=False)
+
+
+def unreadable_log(path: str, exc: BaseException) -> str:
+    """Why a log could not be read, in words, and what to do: one line."""
+    text = str(exc)
+    if path.endswith(".eval") and (
+        isinstance(exc, zipfile.BadZipFile) or "EOCD" in text or "zip file" in text.lower()
+    ):
+        # a .eval is a zip: its directory is written last, so a file cut short has none
+        return (
+            f"{path}: unreadable Inspect log (not a complete .eval archive: it ends before its "
+            f"zip directory, so it was cut short while written or copied; {_one_line(exc)}); "
+            "copy it again, or re-run its generation; if its eval crashed on this machine, "
+            "`inspect log recover --list` tells whether Inspect can rebuild it"
+        )
+    if path.endswith(".json") and isinstance(exc, ValueError):
+        return (
+            f"{path}: unreadable Inspect log (not complete JSON: {_one_line(exc)}); copy it "
+            "again, or re-run its generation"
+        )
+    return (
+        f"{path}: unreadable Inspect log ({_one_line(exc)}); check that Inspect wrote it "
+        f"(`inspect log dump --header-only {path}` shows what Inspect reads)"
+    )
 
 
 def _one_line(exc: BaseException) -> str:

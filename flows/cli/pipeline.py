@@ -16,7 +16,7 @@ from rich.table import Table
 
 from flows.cli.ingest_limits import MaxLogOption, MaxMemberOption, MaxRatioOption, set_limits
 from flows.model_roles import ModelRoleOption
-from flows.runtime.console import console, err_console, quiet_prefect
+from flows.runtime.console import console, err_console, quiet_prefect, waiting
 from flows.verifier_modules import ModulesOption
 
 __all__ = ["register"]
@@ -86,6 +86,12 @@ def _run_flow(
             return fn()
     except (ConfigError, PrefectUnavailable, PrefectServerError, WarehouseError) as exc:
         raise _fail(str(exc)) from None
+    except RuntimeError as exc:
+        from flows.cluster.dispatch import DispatchError
+
+        if isinstance(exc, DispatchError):  # a cluster without its deployments or workers
+            raise _fail(str(exc)) from None
+        raise
     except KeyboardInterrupt:
         stopped = stop_signal()
         if stopped is None:
@@ -113,7 +119,9 @@ def _load(config: Path, *, tasks: bool = False, generates: bool = False) -> Any:
         cfg = load_config(config)
         if tasks:
             _check_tasks(cfg)
-        if generates:
+        if generates and cfg.cluster is None:
+            # in cluster mode the workers need them, not this host: each generate run checks
+            # its own host's environment (flows.cluster.work)
             from flows.model_servers import check_model_env
 
             check_model_env(cfg)
@@ -246,6 +254,24 @@ def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> No
             raise _fail(str(exc) if len(names) == 1 else f"{exc} ({problem})") from None
 
 
+def _check_readable(files: list[Path], given: int) -> None:
+    """When no log given can be read (a truncated archive, a file that is not a log), say why
+    for each, one line, and stop (exit 2) before any Prefect start; with some readable, the
+    stage scores those and reports the others."""
+    from warehouse.logs import LogReadError, read_header
+
+    problems = []
+    for path in files:
+        try:
+            read_header(str(path))
+        except LogReadError as exc:
+            problems.append(str(exc))
+    if problems and len(problems) == given:
+        for line in problems:
+            err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+        raise typer.Exit(2)
+
+
 def _check_logs_scorers(logs: list[str], db: Path) -> None:
     """Logs scored with the verifiers they name or their own scorers: each log whose scorers
     cannot be resolved is one line, and nothing is written (exit 2)."""
@@ -279,9 +305,9 @@ def sweep(
     """
     quiet_prefect(verbose)  # before Prefect is imported: its logging is set up then
     set_limits(max_member_mb, max_log_mb, max_inflate_ratio)  # they win over [ingest]
-    from flows.sweep import run_sweep
-
-    cfg = _load(config, generates=True)
+    cfg = _load(config, generates=True)  # a bad config is said before seconds of imports
+    with waiting("loading Inspect and Prefect", plain=False):
+        from flows.sweep import run_sweep
     result = _run_flow(
         verbose,
         lambda: run_sweep(cfg, workers=workers, gate=not no_gate),
@@ -311,9 +337,9 @@ def generate(
 ) -> None:
     """Generate only (Inspect eval, score=False) every (model, task) of CONFIG into its log dir."""
     quiet_prefect(verbose)
-    from flows.generate import generate_flow
-
-    cfg = _load(config, generates=True)
+    cfg = _load(config, generates=True)  # a bad config is said before seconds of imports
+    with waiting("loading Inspect and Prefect", plain=False):
+        from flows.generate import generate_flow
     results = _run_flow(verbose, lambda: generate_flow(cfg), meanwhile=lambda: _check_tasks(cfg))
     table = Table(title="generated logs", title_justify="left")
     for col in ("model", "task", "samples", "errored", "status", "log"):
@@ -390,6 +416,7 @@ def score(
 
         prewarm_for([str(p) for p in logs], verifier)
 
+    _check_readable([p for p in logs if p.is_file()], len(logs))
     quiet_prefect(verbose)  # before Prefect is first imported
     from flows.score import score_flow
     from warehouse.logs import LogReadError, expand_log_paths

@@ -41,7 +41,12 @@ def check() -> None:
     typer.echo(f"correct code: {good.status} ({good.duration_s * 1000:.0f} ms)")
     typer.echo(f"wrong code:   {bad.status} ({bad.duration_s * 1000:.0f} ms)")
     if not (good.passed and bad.status == "failed"):
-        typer.echo(f"error: sandbox check failed: {good.detail or bad.detail}", err=True)
+        typer.echo(
+            f"error: sandbox check failed: {good.detail or bad.detail}; start Docker Engine and "
+            "build the sandbox image (`make services`, or `gradebook sandbox build` when "
+            "Docker runs), then run `gradebook sandbox check` again",
+            err=True,
+        )
         raise typer.Exit(1)
 
 

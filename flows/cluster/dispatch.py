@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from flows.cluster.setup import CLUSTER_TAG, GENERATE_FLOW, SCORE_FLOW, deployment_name
-from flows.cluster.work import read_manifest
+from flows.cluster.work import WORK_FAILED, read_manifest
 from flows.config import ClusterConfig, ConfigError, ModelConfig, SweepConfig
 from flows.generate import GenerationResult
+from flows.runtime.console import waiting
+from flows.runtime.run_names import count, tag
 from flows.score import RunScore
 
 __all__ = [
@@ -66,6 +68,8 @@ class ClusterRun:
         states: the final state type of each attempt ("COMPLETED", "CRASHED", ...).
         work_pool: the pool the last attempt ran on.
         message: the last attempt's state message (why it crashed or failed).
+        title: the flow run's name in the Prefect UI (a retry adds "attempt N").
+        tags: its tags besides `gradebook-cluster` (`model:...`, `verifier:...`).
     """
 
     stage: str
@@ -73,6 +77,8 @@ class ClusterRun:
     deployment: str
     key: str
     parameters: dict[str, Any]
+    title: str = ""
+    tags: list[str] = field(default_factory=list)
     flow_run_ids: list[Any] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
     work_pool: str | None = None
@@ -152,6 +158,11 @@ def _jsonable_model(model: ModelConfig, index: int) -> dict[str, Any]:
 # -- talking to Prefect --------------------------------------------------------------------------
 
 
+def _work_failed(run: ClusterRun) -> bool:
+    """The run failed because its work did (it said why per item), not because it crashed."""
+    return (run.message or "").startswith(WORK_FAILED)
+
+
 def _check_deployments(names: Sequence[str]) -> None:
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
@@ -171,12 +182,14 @@ def _submit(run: ClusterRun) -> None:
     from prefect.deployments import run_deployment
 
     key = run.key if not run.flow_run_ids else f"{run.key}/attempt-{run.attempts + 1}"
+    title = run.title or f"{run.stage} {run.label}"
     flow_run = run_deployment(
         run.deployment,
         parameters=run.parameters,
+        flow_run_name=title if not run.flow_run_ids else f"{title} (attempt {run.attempts + 1})",
         timeout=0,  # do not wait here: every unit is submitted first, then all are awaited
         idempotency_key=key,
-        tags=[CLUSTER_TAG],
+        tags=[CLUSTER_TAG, *run.tags],
         as_subflow=False,
     )
     run.flow_run_ids.append(flow_run.id)
@@ -197,8 +210,20 @@ def _await_runs(
 
     deadline = time.monotonic() + timeout_s
     pending = {r.flow_run_ids[-1]: r for r in runs}
-    with get_client(sync_client=True) as client:
+    pools = ", ".join(sorted({r.deployment.split("/", 1)[1] for r in runs}))
+    stage = runs[0].stage if runs else "the"
+    with (
+        get_client(sync_client=True) as client,
+        waiting(
+            f"{stage}: waiting for {len(runs)} flow run(s) on pool(s) {pools} (a worker must "
+            "serve each: `gradebook cluster worker POOL`)"
+        ) as shown,
+    ):
         while pending:
+            shown.update(
+                f"{stage}: {len(runs) - len(pending)}/{len(runs)} flow run(s) done on pool(s) "
+                f"{pools}"
+            )
             found = client.read_flow_runs(
                 flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(pending)))
             )
@@ -210,7 +235,7 @@ def _await_runs(
                     continue
                 del pending[fr.id]
                 run.message = fr.state.message
-                if run.state in _RETRY_STATES and run.attempts <= retries:
+                if run.state in _RETRY_STATES and run.attempts <= retries and not _work_failed(run):
                     _submit(run)
                     pending[run.flow_run_ids[-1]] = run
                     continue
@@ -220,10 +245,12 @@ def _await_runs(
             if not pending:
                 break
             if time.monotonic() > deadline:
+                waiting_on = sorted({r.deployment.split("/")[1] for r in pending.values()})
                 raise DispatchError(
                     f"{len(pending)} flow run(s) not finished after {timeout_s:.0f}s "
-                    f"(e.g. {next(iter(pending.values())).label}): are workers running on "
-                    f"pool(s) {sorted({r.deployment.split('/')[1] for r in pending.values()})}?"
+                    f"(e.g. {next(iter(pending.values())).label}) on pool(s) "
+                    f"{', '.join(waiting_on)}: start a worker there (`gradebook cluster worker "
+                    f"{waiting_on[0]}`), or give a stage longer ([cluster] stage_timeout_s)"
                 )
             time.sleep(POLL_S)
 
@@ -254,6 +281,13 @@ def dispatch_generation(
                     "manifest": str(manifest),
                     "sweep": cfg.name,
                 },
+                title=f"generate {model.label} · {count(len(cfg.tasks), 'task')} "
+                f"(sweep {cfg.name})",
+                tags=[
+                    tag("sweep", cfg.name),
+                    tag("model", model.label),
+                    *(tag("task", t.label) for t in cfg.tasks),
+                ],
             )
         )
     _check_deployments([r.deployment for r in runs])
@@ -263,8 +297,10 @@ def dispatch_generation(
     _await_runs(runs, retries=cluster.chunk_retries, timeout_s=cluster.stage_timeout_s)
     results: list[GenerationResult] = []
     for run in runs:
-        if run.ok:
+        if run.ok or _work_failed(run):
             try:
+                # a run whose work failed still lists each pair: the ones with logs, and why
+                # the others have none
                 results += read_manifest(run.parameters["manifest"])
                 continue
             except (OSError, ValueError) as exc:
@@ -343,6 +379,9 @@ def dispatch_scoring(
                         "verifier_modules": list(cfg.verifier_modules),
                         "workers": cluster.grading_workers,
                     },
+                    title=f"score {name} #{c + 1}/{n_chunks} · "
+                    f"{count(part.num_rows, 'sample')} (sweep {cfg.name})",
+                    tags=[tag("sweep", cfg.name), tag("verifier", name)],
                 )
             )
     if runs:
@@ -409,6 +448,8 @@ def _cluster(cfg: SweepConfig) -> ClusterConfig:
 
 def print_report(report: DispatchReport) -> None:
     """Per-stage status lines under the sweep's summary table."""
+    from rich.markup import escape
+
     from flows.runtime.console import console
 
     for stage, counts in report.summary().items():
@@ -429,7 +470,9 @@ def print_report(report: DispatchReport) -> None:
         for r in runs:
             if not r.ok:
                 console.print(
-                    f"    [red]{r.label}[/red]: {r.state} after {r.attempts} attempt(s): {r.message}"
+                    f"    [red]{escape(r.label)}[/red]: {r.state} after {r.attempts} "
+                    f"attempt(s): {escape(r.message or 'no message')}",
+                    soft_wrap=True,
                 )
     if report.missing_scores:
         console.print(f"  [red]{report.missing_scores} dispatched sample(s) have no score[/red]")

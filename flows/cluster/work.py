@@ -13,16 +13,20 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.states import Failed
 
 from flows.config import ModelConfig, TaskConfig
 from flows.generate import GenerationResult, run_generation
+from flows.model_servers import env_problem
 
 __all__ = [
+    "WORK_FAILED",
     "ChunkResult",
     "FingerprintMismatch",
     "cluster_generate",
@@ -32,6 +36,11 @@ __all__ = [
 ]
 
 ChunkResult = dict[str, Any]
+
+# How a generate flow run whose work failed (it wrote its manifest) begins its state message:
+# the dispatcher reads the manifest and does not dispatch it again (the same host would lack
+# the same variable).
+WORK_FAILED = "work failed on host"
 
 
 class FingerprintMismatch(RuntimeError):
@@ -73,12 +82,35 @@ def cluster_generate(
         sweep: the sweep's name, recorded in each log's metadata.
 
     Returns:
-        How many (model, task) results were recorded.
+        How many (model, task) results were recorded. A run where any of them has no log
+        (this host lacks the model's key, its server did not answer, a task failed) ends
+        Failed, its message beginning with WORK_FAILED and naming the host.
     """
     model_cfg = ModelConfig.model_validate(model)
     task_cfgs = [TaskConfig.model_validate(t) for t in tasks]
-    results = run_generation(model_cfg, task_cfgs, Path(log_dir), sweep=sweep)
+    host = socket.gethostname()
+    # this host's environment, not the dispatcher's: Inspect reads the model's key and URL here
+    problem = env_problem(model_cfg)
+    if problem is not None:
+        why = (
+            f"host {host} (work pool {model_cfg.work_pool}): {problem} where its worker runs "
+            f"(`gradebook cluster worker {model_cfg.work_pool}`)"
+        )
+        results = [
+            GenerationResult(model_cfg.label, t.label, None, None, "error", 0, 0, why)
+            for t in task_cfgs
+        ]
+    else:
+        results = run_generation(model_cfg, task_cfgs, Path(log_dir), sweep=sweep)
     _write_json_atomically(Path(manifest), [asdict(r) for r in results])
+    failed = [r for r in results if r.log is None]
+    if failed:
+        # the run's work failed, so the run does too: in the UI, and in the sweep's stage line
+        return Failed(  # type: ignore[return-value]
+            message=f"{WORK_FAILED} {host}: {len(failed)} of {len(results)} generation(s) "
+            f"failed: {failed[0].error or failed[0].status}",
+            data=len(results),
+        )
     return len(results)
 
 

@@ -2,8 +2,8 @@
 
 The queries are here; the rendering is flows/report/html.py. Only documented views are read
 (runs, score_history, fingerprint_order, fingerprint_changes, latest_gates, run_metrics,
-grade_flips), so the report shows exactly what a user gets from SQL. "Newest" fingerprint is
-`fingerprint_order.newest`: the current code's, as the gate uses.
+grade_flips, current_scores), so the report shows exactly what a user gets from SQL. "Newest"
+fingerprint is `fingerprint_order.newest`: the current code's, as the gate uses.
 
 Inspect stamps a run's `created` to the second, so runs of one sweep tie: wherever the report
 orders runs by age, the one ingested later (`runs.first_ingested_at`) counts as newer, as the
@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 
 from flows.report.html import (
+    FLIPS_SHOWN,
     CoverageRow,
     FingerprintChange,
     FlipRow,
@@ -33,11 +34,11 @@ from warehouse import Warehouse
 
 __all__ = ["collect_report", "write_report"]
 
-TOP_FLIPS = 25
 
-
-def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
-    cur = con.execute(sql)
+def _rows(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None
+) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or [])
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
@@ -88,18 +89,8 @@ def collect_report(
             "ORDER BY h.created, r.first_ingested_at, h.run_id",
         )
     ]
-    # Where a scorer's current code changed (an edit, a revert). Its first fingerprint is
-    # where history starts, not a change.
-    data.fingerprint_changes = [
-        FingerprintChange(r["scorer"], r["fingerprint"], r["label"] or "", r["since"])
-        for r in _rows(
-            con,
-            "SELECT c.scorer, c.fingerprint, v.label, c.since FROM fingerprint_changes c "
-            "LEFT JOIN verifiers v ON v.name = c.scorer AND v.fingerprint = c.fingerprint "
-            "QUALIFY row_number() OVER (PARTITION BY c.scorer ORDER BY c.since) > 1 "
-            "ORDER BY c.since",
-        )
-    ]
+    data.newest = dict(con.execute(_NEWEST_FP).fetchall())
+    data.fingerprint_changes = _changes(con)
     gates = _rows(
         con,
         "SELECT run_id, task, model, verdict, created, results::VARCHAR AS results, "
@@ -153,37 +144,89 @@ def collect_report(
             """,
         )
     ]
-    data.flips = [
-        FlipRow(
-            scorer=r["scorer"],
-            run_id=r["run_id"],
-            sample_id=r["sample_id"],
-            epoch=int(r["epoch"]),
-            old_fingerprint=r["old_fingerprint"],
-            new_fingerprint=r["new_fingerprint"],
-            old_value=r["old_value"],
-            new_value=r["new_value"],
-            old_status=r["old_status"],
-            new_status=r["new_status"],
-            old_answer=r["old_answer"],
-            new_answer=r["new_answer"],
-            new_explanation=r["new_explanation"],
-        )
-        for r in _rows(
-            con,
-            f"""
-            WITH newest_fp AS ({_NEWEST_FP})
-            SELECT f.* FROM grade_flips f
-            JOIN newest_fp n ON n.scorer = f.scorer AND n.fingerprint = f.new_fingerprint
-            LEFT JOIN runs r ON r.run_id = f.run_id
-            -- right-to-wrong first: those are what a verifier change must justify
-            ORDER BY coalesce(f.old_value, 0) - coalesce(f.new_value, 0) DESC,
-                     r.created DESC, r.first_ingested_at DESC, f.run_id, f.sample_id, f.epoch
-            LIMIT {TOP_FLIPS}
-            """,
-        )
-    ]
     return data
+
+
+def _changes(con: duckdb.DuckDBPyConnection) -> list[FingerprintChange]:
+    """Each time a scorer's current code changed (an edit, a revert), oldest first, with the
+    samples whose verdict differs between the version before and the one after. A scorer's
+    first fingerprint is where its history starts, not a change."""
+    changes: list[FingerprintChange] = []
+    seen: dict[str, list[str]] = {}
+    for r in _rows(
+        con,
+        "SELECT c.scorer, c.fingerprint, v.label, c.since FROM fingerprint_changes c "
+        "LEFT JOIN verifiers v ON v.name = c.scorer AND v.fingerprint = c.fingerprint "
+        "ORDER BY c.since",
+    ):
+        before = seen.setdefault(r["scorer"], [])
+        if before and before[-1] != r["fingerprint"]:
+            change = FingerprintChange(
+                r["scorer"],
+                r["fingerprint"],
+                r["label"] or "",
+                r["since"],
+                previous=before[-1],
+                revert=r["fingerprint"] in before,
+            )
+            _fill_flips(con, change)
+            changes.append(change)
+        before.append(r["fingerprint"])
+    return changes
+
+
+def _fill_flips(con: duckdb.DuckDBPyConnection, change: FingerprintChange) -> None:
+    """The change's flips read from its version before to its version after, whichever of
+    the two `grade_flips` calls older; and how many samples both versions graded."""
+    pair = [change.scorer, change.previous, change.fingerprint]
+    change.n_both = con.execute(
+        "SELECT count(*) FROM current_scores a JOIN current_scores b "
+        "USING (run_id, sample_id, epoch, scorer) "
+        "WHERE a.scorer = ? AND a.fingerprint = ? AND b.fingerprint = ?",
+        pair,
+    ).fetchone()[0]
+    if not change.n_both:
+        return
+    found = _rows(
+        con,
+        f"""
+        SELECT f.*, r.task, r.model, count(*) OVER () AS n_flips FROM grade_flips f
+        LEFT JOIN runs r ON r.run_id = f.run_id
+        WHERE f.scorer = $1 AND (
+            (f.old_fingerprint = $2 AND f.new_fingerprint = $3)
+            OR (f.old_fingerprint = $3 AND f.new_fingerprint = $2))
+        -- right-to-wrong first: those are what a verifier change must justify
+        ORDER BY CASE WHEN f.old_fingerprint = $2 THEN coalesce(f.old_value, 0)
+                      - coalesce(f.new_value, 0) ELSE coalesce(f.new_value, 0)
+                      - coalesce(f.old_value, 0) END DESC,
+                 r.created DESC, r.first_ingested_at DESC, f.run_id, f.sample_id, f.epoch
+        LIMIT {FLIPS_SHOWN}
+        """,
+        pair,
+    )
+    change.n_flips = int(found[0]["n_flips"]) if found else 0
+    for r in found:
+        forward = r["old_fingerprint"] == change.previous
+        old, new = ("old", "new") if forward else ("new", "old")
+        change.flips.append(
+            FlipRow(
+                scorer=r["scorer"],
+                run_id=r["run_id"],
+                sample_id=r["sample_id"],
+                epoch=int(r["epoch"]),
+                old_fingerprint=r[f"{old}_fingerprint"],
+                new_fingerprint=r[f"{new}_fingerprint"],
+                old_value=r[f"{old}_value"],
+                new_value=r[f"{new}_value"],
+                old_status=r[f"{old}_status"],
+                new_status=r[f"{new}_status"],
+                old_answer=r[f"{old}_answer"],
+                new_answer=r[f"{new}_answer"],
+                new_explanation=r[f"{new}_explanation"],
+                task=r["task"] or "?",
+                model=r["model"] or "?",
+            )
+        )
 
 
 def write_report(

@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -32,6 +34,7 @@ __all__ = [
     "quiet_prefect",
     "set_verbose",
     "verbose",
+    "waiting",
 ]
 
 console = Console(highlight=False)
@@ -112,3 +115,59 @@ def progress_bar(*, transient: bool = False) -> Iterator[Progress]:
         transient=transient,
     ) as progress:
         yield progress
+
+
+# A log is read later: a plain "waiting" line there is for a wait that could look hung.
+PLAIN_AFTER_S = 5.0
+
+
+class Waiting:
+    """What `waiting` yields: `update(text)` changes what the spinner says."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._status: Any = None
+        self._lock = threading.Lock()
+
+    def update(self, text: str) -> None:
+        with self._lock:
+            self.text = text
+            if self._status is not None:
+                self._status.update(f"gradebook: {text}")
+
+
+@contextmanager
+def waiting(what: str, *, after_s: float = 1.0, plain: bool = True) -> Iterator[Waiting]:
+    """Say what the command waits on when the block takes longer than `after_s`, so a slow
+    wait (a server starting, workers picking up runs) never looks hung.
+
+    On a terminal: a spinner on stderr, erased when the block ends. Otherwise (a pipe, a CI
+    log): one plain line on stderr, when `plain` and the block takes PLAIN_AFTER_S or longer;
+    nothing when the block is quick.
+    """
+    state = Waiting(what)
+    terminal = err_console.is_terminal
+
+    def show() -> None:
+        with state._lock:
+            if done.is_set():
+                return
+            if terminal:
+                state._status = err_console.status(f"gradebook: {state.text}")
+                state._status.start()
+            elif plain:
+                err_console.print(f"gradebook: {state.text}", soft_wrap=True)
+
+    done = threading.Event()
+    timer = threading.Timer(after_s if terminal else max(after_s, PLAIN_AFTER_S), show)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield state
+    finally:
+        with state._lock:
+            done.set()
+            timer.cancel()
+            if state._status is not None:
+                state._status.stop()
+                state._status = None

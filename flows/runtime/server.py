@@ -130,7 +130,9 @@ def local_server(
                 if time.monotonic() > deadline:
                     raise PrefectServerError(
                         f"prefect server did not answer at {api_url} within "
-                        f"{startup_timeout:.0f}s: {_tail(log_path)}"
+                        f"{startup_timeout:.0f}s{_busy()}; its log {log_path}: "
+                        f"{_tail(log_path)}; try again once the machine is less busy, or "
+                        "start one with `prefect server start` and export PREFECT_API_URL"
                     )
                 time.sleep(0.25)
             warm_up(api_url)
@@ -171,4 +173,24 @@ def _tail(path: Path, lines: int = 15) -> str:
         text = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return "(no server log)"
-    return " | ".join(text[-lines:]) or "(empty server log)"
+    said = [line.strip() for line in text if _says_something(line)]
+    return " | ".join(said[-lines:]) or "(nothing but its start-up banner)"
+
+
+def _says_something(line: str) -> bool:
+    """Not a line of Prefect's ASCII-art banner or its box of hints."""
+    body = line.strip().strip("|").strip()
+    letters = sum(c.isalnum() for c in body)
+    return letters >= max(3, len(body) // 2) and not body.startswith(
+        ("Configure Prefect", "prefect config set", "View the API reference", "The dashboard")
+    )
+
+
+def _busy() -> str:
+    """ " (load average 33.5 on 2 CPUs)" when the machine is overloaded: a likely cause."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    cpus = os.cpu_count() or 1
+    return f" (load average {load:.1f} on {cpus} CPUs)" if load > 2 * cpus else ""

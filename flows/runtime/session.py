@@ -72,8 +72,11 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
         return
 
     from flows.runtime.background_server import ensure_server
+    from flows.runtime.console import waiting
 
-    info = ensure_server(meanwhile=meanwhile)
+    # seconds the first time (the server starts), next to nothing once it runs
+    with waiting("waiting for the local Prefect server to start (once; later commands share it)"):
+        info = ensure_server(meanwhile=meanwhile)
     if info.started_here:
         from flows.runtime.console import err_console
 
