@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
+import docker_kit
 import pytest
+from process_kit import wait_for
 
-from scorers.sandbox.pool import INSIDE_MARGIN_S, LABEL, OWNER_LABEL
+from scorers.sandbox.pool import INSIDE_MARGIN_S
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -38,25 +40,17 @@ for t in threads: t.join()
 SUBMISSION_UID = "10002"
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g}s: {what}")
-        time.sleep(0.2)
+def owned(client, owner: str) -> list[str]:
+    return docker_kit.owned(client, [owner])
 
 
-def owned(client, owner: str) -> list:
-    return client.containers.list(
-        all=True, filters={"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]}
-    )
-
-
-def running_submissions(container) -> int:
+def running_submissions(client, container_id: str) -> int:
     """Processes of the submission uid in the container beyond its zygote: running tests."""
+    import docker.errors
+
     try:
-        top = container.top(ps_args="-o pid,uid,pcpu,args")
-    except Exception:  # noqa: BLE001 - the container went away meanwhile
+        top = client.api.top(container_id, ps_args="-o pid,uid,pcpu,args")
+    except docker.errors.APIError:  # the container went away meanwhile
         return 0
     uid_col = top["Titles"].index("UID")
     return max(0, sum(p[uid_col] == SUBMISSION_UID for p in top["Processes"] or []) - 1)
@@ -78,7 +72,7 @@ def scorer(timeout_s: float) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 def both_tests_running(client, owner: str) -> bool:
     mine = owned(client, owner)
-    return len(mine) == 2 and all(running_submissions(c) >= 1 for c in mine)
+    return len(mine) == 2 and all(running_submissions(client, c) >= 1 for c in mine)
 
 
 def test_a_killed_scorers_containers_end_within_moments(docker_sandbox):
