@@ -112,7 +112,9 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory):
         "PREFECT_LOGGING_TO_API_ENABLED": "false",
     }
     try:
-        server = local_server(home=root / "server-home", ui=False)
+        # a cold start migrates a new database: beside other test runs on 2 busy cores it has
+        # taken more than the 90 s local_server waits by default
+        server = local_server(home=root / "server-home", ui=False, startup_timeout=300)
         api_url = server.__enter__()
     except PrefectServerError as exc:
         need(False, f"no Prefect server: {exc}")

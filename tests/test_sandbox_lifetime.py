@@ -24,9 +24,13 @@ from scorers.sandbox.pool import INSIDE_MARGIN_S
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SCORER = """
-import sys, threading
+import sys, threading, time
 from scorers.sandbox.pool import SandboxPool
 pool = SandboxPool(concurrency=2)
+# both containers warm before either test starts: on a loaded machine the second can take longer
+# to start than the first test's limit, and the two would never run at the same time
+while pool._idle.qsize() < 2:
+    time.sleep(0.1)
 print(pool.containers_owner, flush=True)
 LOOP = "def f(x):\\n    while True:\\n        pass\\n"
 def run():
@@ -93,7 +97,9 @@ def test_the_test_limit_holds_inside_the_container_without_its_host(docker_sandb
     import docker
 
     client = docker.from_env()
-    limit_s = 3.0
+    # long enough for this test to see both loops running on a loaded machine (it polls
+    # `docker top`), short enough to wait for the in-container limit
+    limit_s = 20.0
     with scorer(limit_s) as (proc, owner):
         wait_for(lambda: both_tests_running(client, owner), 120, "two infinite loops running")
         # alive (its lifeline stays open) but enforcing nothing: the containers end themselves
