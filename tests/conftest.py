@@ -7,6 +7,8 @@ says why and skips on a developer's machine; under CI (CI=true) a missing servic
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,36 @@ import flows  # noqa: F401
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+# Where everything the tests run keeps state, caches and data, instead of the user's home:
+# another gradebook of the same user (a checkout's `serve`, another test run) may be using
+# ~/.local/state/gradebook, ~/.cache/gradebook, Inspect's ~/.local/share/inspect_ai or ~/.prefect.
+SESSION_DIRS = {
+    "XDG_STATE_HOME": "state",
+    "XDG_CACHE_HOME": "cache",
+    "XDG_DATA_HOME": "data",
+    "PREFECT_HOME": "prefect",
+}
+_session_home: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point the XDG dirs and Prefect's home at one session temp dir, before any test module
+    imports Prefect (which reads PREFECT_HOME once, at import). The package caches (uv, pip)
+    stay where they were: they hold no gradebook state, and an offline install needs them."""
+    global _session_home
+    _session_home = Path(tempfile.mkdtemp(prefix="gradebook-test-home-"))
+    real_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    os.environ.setdefault("UV_CACHE_DIR", str(real_cache / "uv"))
+    os.environ.setdefault("PIP_CACHE_DIR", str(real_cache / "pip"))
+    for var, name in SESSION_DIRS.items():
+        os.environ[var] = str(_session_home / name)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _session_home is not None:
+        shutil.rmtree(_session_home, ignore_errors=True)
 
 
 def need(condition: bool, why: str) -> None:

@@ -115,6 +115,24 @@ def test_same_idempotency_key_gives_the_same_flow_run_and_a_retry_a_new_one(idle
 
 
 @pytest.mark.slow
+def test_the_crash_automation_is_armed_by_running_too_and_setup_updates_an_older_one(
+    idle_pools,
+):
+    # A host that dies before its run's first heartbeat reached the server left the run
+    # Running for ever: the automation is armed by the Running state as well.
+    from prefect.automations import Automation
+
+    from flows.cluster.setup import CRASH_AUTOMATION, setup_cluster
+
+    older = Automation.read(name=CRASH_AUTOMATION)
+    older.trigger.after = {"prefect.flow-run.heartbeat"}  # as an older gradebook made it
+    older.update()
+    again = setup_cluster(generate_pools=["idle-gpu"], score_pools=["idle-cpu"])
+    now = Automation.read(name=CRASH_AUTOMATION)
+    assert again.automation == idle_pools.automation == str(now.id)
+    assert now.trigger.after == {"prefect.flow-run.heartbeat", "prefect.flow-run.Running"}
+
+
 def test_a_missing_deployment_says_to_run_setup(prefect_api):
     from flows.cluster.dispatch import DispatchError, _check_deployments
 

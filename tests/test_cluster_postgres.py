@@ -2,31 +2,25 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+import cluster_kit
 import pytest
 from conftest import need
 
 from flows.runtime.server import free_port
 
-SCRIPT = Path(__file__).resolve().parents[1] / "infra" / "cluster" / "postgres.sh"
+SCRIPT = cluster_kit.INFRA / "postgres.sh"
 
 
 @pytest.mark.slow
 def test_cluster_setup_on_a_prefect_server_backed_by_postgresql(monkeypatch):
-    need(
-        bool(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or os.geteuid() == 0,
-        "PostgreSQL is not installed and this is not root: apt-get install -y postgresql",
-    )
-    need(shutil.which("runuser") is not None or os.geteuid() != 0, "runuser is missing")
-    # not under pytest's tmp dir: the postgres user must be able to reach the data directory
-    data = Path(tempfile.mkdtemp(prefix="gradebook-pg-", dir="/tmp"))
-    os.chmod(data, 0o755)
+    cluster_kit.need_postgres()
+    data = cluster_kit.postgres_data_dir()
     port = free_port()
     started = subprocess.run(
         ["bash", str(SCRIPT), "start", str(data / "pg"), str(port)],
@@ -40,6 +34,14 @@ def test_cluster_setup_on_a_prefect_server_backed_by_postgresql(monkeypatch):
     url = started.stdout.strip().splitlines()[-1]
     try:
         assert url == f"postgresql+asyncpg://postgres@127.0.0.1:{port}/prefect"
+        # a second start (another start_server.sh) reuses the running one, on its port
+        again = subprocess.run(
+            ["bash", str(SCRIPT), "start", str(data / "pg"), str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert (again.returncode, again.stdout.strip()) == (0, url), again.stderr
         monkeypatch.setenv("PREFECT_API_DATABASE_CONNECTION_URL", url)
         from prefect.client.orchestration import get_client
         from prefect.settings import temporary_settings

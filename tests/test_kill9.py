@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import docker_kit
 import duckdb
 import psutil
 import pytest
@@ -221,7 +222,6 @@ def test_kill_9_of_score_while_sandboxed_tests_loop(docker_sandbox, prefect_api,
     from inspect_ai import eval as inspect_eval
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
 
-    from scorers.sandbox.pool import LABEL, OWNER_LABEL
     from tasks.code import humaneval, humaneval_problems
 
     entries = {p["prompt"]: p["entry_point"] for p in humaneval_problems()[:2]}
@@ -241,23 +241,21 @@ def test_kill_9_of_score_while_sandboxed_tests_loop(docker_sandbox, prefect_api,
     args = ["score", generated.location, "--db", str(db), "--verifier", "unit_tests"]
     client = docker.from_env()
 
-    def containers(owners: set[int]) -> list:
-        mine = []
-        for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-            pid = c.labels.get(OWNER_LABEL, "::").split(":")[1]
-            if pid.isdigit() and int(pid) in owners:
-                mine.append(c)
-        return mine
+    def tree() -> set[int]:
+        return {proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))}
 
     proc = gradebook("none", args, tmp_path, wait=False)
     try:
         deadline = time.monotonic() + 300
-        while not containers({proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(True))}):
+        while not docker_kit.owned(client, docker_kit.owners_of(tree())):
             assert proc.poll() is None and time.monotonic() < deadline, "no sandbox started"
             time.sleep(0.2)
         time.sleep(2)  # the first test's infinite loop is running
-        owners = {proc.pid, *(p.pid for p in psutil.Process(proc.pid).children(recursive=True))}
-        at_kill = len(containers(owners))
+        owners = tree()
+        # the labels of this command's processes, taken while they live (a label names the
+        # process's start time, so another session's containers never count here)
+        labels = docker_kit.owners_of(owners)
+        at_kill = len(docker_kit.owned(client, labels))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
@@ -265,9 +263,9 @@ def test_kill_9_of_score_while_sandboxed_tests_loop(docker_sandbox, prefect_api,
             proc.kill()
     left = survivors(sorted(owners - {proc.pid}))
     deadline = time.monotonic() + 30
-    while containers(owners) and time.monotonic() < deadline:
+    while docker_kit.owned(client, labels) and time.monotonic() < deadline:
         time.sleep(0.2)
-    containers_left = len(containers(owners))
+    containers_left = len(docker_kit.owned(client, labels))
     assert containers_left == 0, "containers outlived the killed scorer"
     assert left == 0
     after_kill = counts(db)

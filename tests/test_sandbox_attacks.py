@@ -8,9 +8,9 @@ the test shows the attack was attempted and failed, not merely that a wrong answ
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
+import docker_kit
 import pytest
 
 from scorers.code import run_unit_tests
@@ -147,24 +147,6 @@ ATTACKS = {
 }
 
 
-def _sandbox_processes_on_host(live_container_ids: set[str]) -> list[str]:
-    """Host processes running as the sandbox uids outside every live container (other test
-    sessions on this machine may legitimately have sandbox containers running)."""
-    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
-    leftovers = []
-    for line in out.splitlines():
-        uid, pid = line.split()[:2]
-        if uid not in {"10001", "10002"}:
-            continue
-        try:
-            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
-        except OSError:
-            continue  # exited meanwhile
-        if not any(cid in cgroup for cid in live_container_ids):
-            leftovers.append(line)
-    return leftovers
-
-
 @pytest.fixture(scope="module")
 def host_before():
     return {"marker": HOST_MARKER.exists(), "tmp": set(os.listdir("/tmp"))}
@@ -190,7 +172,9 @@ def test_what_the_attacks_could_see(docker_sandbox):
 
 def test_time_and_output_limits_are_named(docker_sandbox):
     loop = run_unit_tests(ATTACKS["infinite_loop"], TESTS, entry_point="add", timeout_s=2.0)
-    assert loop.status == "timeout" and 2.0 <= loop.duration_s < 4.0
+    # ended by the limit, not before it (how long after it depends on the machine's load)
+    assert loop.status == "timeout" and loop.duration_s >= 2.0
+    assert loop.detail == "timed out after 2s"
     flood = run_unit_tests(ATTACKS["gigabytes_of_output"], TESTS, entry_point="add")
     assert flood.status == "failed" and "output limit" in flood.detail
 
@@ -204,17 +188,14 @@ def test_host_unchanged_after_attacks(docker_sandbox, host_before):
     """Runs last in this module: no file, process or container is left on the host."""
     import docker
 
-    from scorers.sandbox.pool import LABEL, OWNER_LABEL, close_default_pool
+    from scorers.sandbox.pool import close_default_pool
 
     owner = docker_sandbox.containers_owner
     close_default_pool()
     client = docker.from_env()
-    mine = client.containers.list(
-        all=True, filters={"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]}
-    )
-    assert mine == []
-    live = {c.id for c in client.containers.list(all=True)}
-    assert _sandbox_processes_on_host(live) == []
+    assert docker_kit.owned(client, [owner]) == []
+    # other sessions' sandbox containers may be running: only processes outside all of them count
+    assert docker_kit.sandbox_processes_outside_containers(client) == []
     assert not HOST_MARKER.exists() and not host_before["marker"]
     new_tmp = set(os.listdir("/tmp")) - host_before["tmp"]
     assert not [p for p in new_tmp if p in {"x", "sitecustomize.py"}]

@@ -12,19 +12,25 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
+import docker_kit
 import pytest
+from process_kit import wait_for
 
-from scorers.sandbox.pool import INSIDE_MARGIN_S, LABEL, OWNER_LABEL
+from scorers.sandbox.pool import INSIDE_MARGIN_S
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SCORER = """
-import sys, threading
+import sys, threading, time
 from scorers.sandbox.pool import SandboxPool
 pool = SandboxPool(concurrency=2)
+# both containers warm before either test starts: on a loaded machine the second can take longer
+# to start than the first test's limit, and the two would never run at the same time
+while pool._idle.qsize() < 2:
+    time.sleep(0.1)
 print(pool.containers_owner, flush=True)
 LOOP = "def f(x):\\n    while True:\\n        pass\\n"
 def run():
@@ -38,25 +44,17 @@ for t in threads: t.join()
 SUBMISSION_UID = "10002"
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g}s: {what}")
-        time.sleep(0.2)
+def owned(client, owner: str) -> list[str]:
+    return docker_kit.owned(client, [owner])
 
 
-def owned(client, owner: str) -> list:
-    return client.containers.list(
-        all=True, filters={"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]}
-    )
-
-
-def running_submissions(container) -> int:
+def running_submissions(client, container_id: str) -> int:
     """Processes of the submission uid in the container beyond its zygote: running tests."""
+    import docker.errors
+
     try:
-        top = container.top(ps_args="-o pid,uid,pcpu,args")
-    except Exception:  # noqa: BLE001 - the container went away meanwhile
+        top = client.api.top(container_id, ps_args="-o pid,uid,pcpu,args")
+    except docker.errors.APIError:  # the container went away meanwhile
         return 0
     uid_col = top["Titles"].index("UID")
     return max(0, sum(p[uid_col] == SUBMISSION_UID for p in top["Processes"] or []) - 1)
@@ -78,7 +76,7 @@ def scorer(timeout_s: float) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 def both_tests_running(client, owner: str) -> bool:
     mine = owned(client, owner)
-    return len(mine) == 2 and all(running_submissions(c) >= 1 for c in mine)
+    return len(mine) == 2 and all(running_submissions(client, c) >= 1 for c in mine)
 
 
 def test_a_killed_scorers_containers_end_within_moments(docker_sandbox):
@@ -99,7 +97,9 @@ def test_the_test_limit_holds_inside_the_container_without_its_host(docker_sandb
     import docker
 
     client = docker.from_env()
-    limit_s = 3.0
+    # long enough for this test to see both loops running on a loaded machine (it polls
+    # `docker top`), short enough to wait for the in-container limit
+    limit_s = 20.0
     with scorer(limit_s) as (proc, owner):
         wait_for(lambda: both_tests_running(client, owner), 120, "two infinite loops running")
         # alive (its lifeline stays open) but enforcing nothing: the containers end themselves

@@ -3,6 +3,7 @@ commands in a per-sample container (network-less, read-only root, non-root)."""
 
 from __future__ import annotations
 
+import docker_kit
 import pytest
 from inspect_ai import Task
 from inspect_ai import eval as inspect_eval
@@ -58,7 +59,7 @@ def record():
 def test_provider_runs_commands_in_a_locked_down_container(docker_sandbox, tmp_path):
     import docker
 
-    from scorers.sandbox.pool import LABEL, OWNER_LABEL, owner_label
+    from scorers.sandbox.pool import owner_label
 
     task = Task(
         dataset=[Sample(input="hi", target="x")],
@@ -78,8 +79,6 @@ def test_provider_runs_commands_in_a_locked_down_container(docker_sandbox, tmp_p
     assert meta["readonly"] and meta["offline"] and meta["timeout"] and meta["missing"]
     assert meta["roundtrip"] == "print(6 * 7)\n"
     # The per-sample container is gone after the sample.
-    left = docker.from_env().containers.list(
-        all=True, filters={"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner_label()}"]}
-    )
-    pooled = {c.id for c in left} - {w for w in docker_sandbox._live}
+    left = docker_kit.owned(docker.from_env(), [owner_label()])
+    pooled = set(left) - {w for w in docker_sandbox._live}
     assert pooled == set()

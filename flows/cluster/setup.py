@@ -93,21 +93,22 @@ def _ensure_pool(client: Any, name: str) -> None:
         pass
 
 
-def _ensure_crash_automation(client: Any) -> str:
+def _crash_automation() -> Any:
     from prefect.automations import Automation
     from prefect.client.schemas.objects import StateType
     from prefect.events.actions import ChangeFlowRunState
     from prefect.events.schemas.automations import EventTrigger, Posture
     from prefect.events.schemas.events import ResourceSpecification
 
-    for existing in client.read_automations_by_name(CRASH_AUTOMATION):
-        return str(existing.id)
-    automation = Automation(
+    return Automation(
         name=CRASH_AUTOMATION,
         description="A gradebook cluster run whose worker host died stops sending heartbeats; "
         "mark it Crashed so the sweep retries its chunk.",
         trigger=EventTrigger(
-            after={"prefect.flow-run.heartbeat"},
+            # armed by the Running state too, which the server records itself: a host that dies
+            # before its run's first heartbeat reached the server (its events client connects
+            # in the background, seconds later on a loaded host) would leave the run Running
+            after={"prefect.flow-run.heartbeat", "prefect.flow-run.Running"},
             expect={
                 "prefect.flow-run.heartbeat",
                 "prefect.flow-run.Completed",
@@ -132,6 +133,18 @@ def _ensure_crash_automation(client: Any) -> str:
             )
         ],
     )
+
+
+def _ensure_crash_automation(client: Any) -> str:
+    automation = _crash_automation()
+    for existing in client.read_automations_by_name(CRASH_AUTOMATION):
+        # one an older gradebook made is brought up to date, keeping its id
+        if existing.trigger.model_dump() != automation.trigger.model_dump() or [
+            a.model_dump() for a in existing.actions
+        ] != [a.model_dump() for a in automation.actions]:
+            automation.id = existing.id
+            automation.update()
+        return str(existing.id)
     return str(automation.create().id)
 
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # A PostgreSQL database for the Prefect server, from Debian's packages, in its own data directory
 # (it does not touch the system's default cluster). Prints the URL for GRADEBOOK_PREFECT_DB.
+# infra/cluster/start_server.sh runs it by default.
 #
 #   infra/cluster/postgres.sh start /srv/prefect-pg 5433    # installs postgresql if missing
 #   infra/cluster/postgres.sh stop  /srv/prefect-pg
+#
+# `start` on a data directory whose server already runs reuses it (on the port it runs on).
 #
 # Local connections are trusted; on a shared network put a password on the `prefect` role and
 # restrict pg_hba.conf. Back up this database with pg_dump (it holds flow-run history only; the
@@ -32,8 +35,12 @@ start)
     if [[ ! -f "$DATA/PG_VERSION" ]]; then
         as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
     fi
-    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w \
-        -o "-p $PORT -k $DATA -c listen_addresses=127.0.0.1" start >/dev/null
+    if as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+        PORT="$(sed -n 4p "$DATA/postmaster.pid")"  # the 4th line of postmaster.pid: its port
+    else
+        as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w \
+            -o "-p $PORT -k $DATA -c listen_addresses=127.0.0.1" start >/dev/null
+    fi
     if ! as_pg "$BIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -tAc \
         "SELECT 1 FROM pg_database WHERE datname = 'prefect'" | grep -q 1; then
         as_pg "$BIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres prefect

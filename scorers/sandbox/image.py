@@ -8,11 +8,15 @@ the same Debian + python3 whether or not a registry is reachable.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
+import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,24 +104,57 @@ def build_image(
             f"Docker Engine is not reachable ({exc}): run infra/docker/ensure_docker.sh "
             "(or `make services`) first"
         ) from exc
-    if not force:
+
+    def have_image() -> bool:
         try:
             dc.images.get(tag)
-            return tag, False
+            return True
         except docker.errors.ImageNotFound:
-            pass
+            return False
 
-    users = sandbox_users(recipe_dir)
-    with tempfile.TemporaryDirectory(prefix="gradebook-rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        result = subprocess.run(["bash", str(recipe_dir / "build_rootfs.sh"), str(rootfs)])
-        if result.returncode != 0:
-            raise ImageBuildError(
-                f"build_rootfs.sh failed (exit {result.returncode}): see its messages above"
-            )
-        import_rootfs(dc, rootfs, tag, users)
-    dc.images.get(tag)  # raises if the import silently produced nothing
+    if not force and have_image():
+        return tag, False
+    # Two checkouts (or two `make services`) building the same tag at once would each run
+    # debootstrap and import, and the second import would take the tag from under the first:
+    # one builds, the other waits for it and then finds the tag.
+    with _build_lock(tag):
+        if not force and have_image():
+            return tag, False
+        users = sandbox_users(recipe_dir)
+        with tempfile.TemporaryDirectory(prefix="gradebook-rootfs-") as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            result = subprocess.run(["bash", str(recipe_dir / "build_rootfs.sh"), str(rootfs)])
+            if result.returncode != 0:
+                raise ImageBuildError(
+                    f"build_rootfs.sh failed (exit {result.returncode}): see its messages above"
+                )
+            import_rootfs(dc, rootfs, tag, users)
+        dc.images.get(tag)  # raises if the import silently produced nothing
     return tag, True
+
+
+@contextmanager
+def _build_lock(tag: str) -> Iterator[None]:
+    """Hold the machine-wide lock for building sandbox images (a file lock in the temp dir, which
+    every user and checkout on the machine shares, as they share the Engine)."""
+    path = Path(tempfile.gettempdir()) / "gradebook-sandbox-build.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:  # another user's lock file: a read-only descriptor locks as well
+        fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"sandbox image {tag}: another process is building it; waiting for it",
+                file=sys.stderr,
+                flush=True,
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def import_rootfs(client: object, rootfs: Path, tag: str, users: SandboxUsers) -> None:

@@ -18,9 +18,12 @@ Nothing outlives the process that owns a container: the container's main process
 watchdog reading a lifeline (its stdin, held open by the owner) and exits at EOF, so a killed
 owner's containers stop and are removed by Docker within moments; and the per-test wall-clock
 limit also holds inside the container, where the harness server ends the container once a test
-overruns its limit by INSIDE_MARGIN_S. Containers also carry `gradebook.sandbox=1` and an owner
-label (host, pid, process start time); a new pool removes the containers of owners that no
-longer run (a backstop for containers started by older versions).
+overruns its limit by INSIDE_MARGIN_S. Containers also carry `gradebook.sandbox=1`, an owner
+label (host, pid, process start time) and the owner's pid namespace; a new pool removes the
+containers of owners that no longer run (a backstop for containers started by older versions).
+Other checkouts, test runs and CI jobs share the Engine: a reaper judges only owners it can see
+(its own host and pid namespace), and a container that another process removes while it looks
+is not an error.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from scorers.sandbox.image import ImageBuildError, image_tag, sandbox_users
 
 LABEL = "gradebook.sandbox"
 OWNER_LABEL = "gradebook.owner"
+PIDNS_LABEL = "gradebook.owner-pidns"  # the pid namespace the owner's pid is numbered in
 # The harness the containers run is the source this process imported (and fingerprinted), not
 # the file as it reads later; recorded by scorers.identity.loaded_code when the import was recorded.
 HARNESS_SOURCE = (
@@ -142,26 +146,69 @@ def _owner_id(pid: int) -> str | None:
     return f"{socket.gethostname()}:{pid}:{start}"
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (its inode number), "" where /proc does not say.
+
+    Two CI jobs in containers that share the host's Docker socket and hostname number their
+    processes separately: a pid in the other namespace says nothing about a process here."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return ""
+    return link.partition("[")[2].rstrip("]")
+
+
+_PID_NAMESPACE = _pid_namespace()
+
+
+def owner_label(pid: int | None = None) -> str:
+    """The owner label value (host:pid:start-time) of the containers that process `pid`
+    (default: this one) starts.
+
+    The format is the one every gradebook version writes and reaps by: an older version's
+    reaper on the same Engine keeps a container only if this string names a live process."""
+    pid = os.getpid() if pid is None else pid
+    return _owner_id(pid) or f"{socket.gethostname()}:{pid}:0"
+
+
+def _orphaned(labels: dict[str, str]) -> bool:
+    """Whether a container's labels name an owner of this host and pid namespace that is gone.
+
+    An owner this process cannot judge (another host, another pid namespace, no start time on
+    either side, a label it does not read) is never an orphan: its containers are another
+    machine's or job's to remove. Containers without a namespace label (older versions) are
+    judged by host, pid and start time."""
+    parts = labels.get(OWNER_LABEL, "").split(":")
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    if parts[2] == "0" or _owner_id(os.getpid()) is None:  # no /proc: liveness is unknowable
+        return False
+    if labels.get(PIDNS_LABEL, _PID_NAMESPACE) != _PID_NAMESPACE:
+        return False
+    return _owner_id(int(parts[1])) != ":".join(parts)
+
+
 def reap_orphans(client: Any) -> int:
     """Remove sandbox containers whose owning process on this host no longer runs.
 
+    Other processes (another checkout's pool, a test run, their own reapers) create and remove
+    sandbox containers on the same Engine meanwhile: the listing is one call that carries the
+    labels (no inspect per container, which fails with 404 for a container removed after the
+    listing), and a container that is already gone when it is removed is simply not counted.
+
     Returns:
-        How many containers were removed.
+        How many containers this call removed.
     """
-    host = socket.gethostname()
+    import docker.errors
+
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        owner = container.labels.get(OWNER_LABEL, "")
-        owner_host, _, rest = owner.partition(":")
-        pid = rest.split(":", 1)[0]
-        if owner_host != host or not pid.isdigit():
-            continue
-        if _owner_id(int(pid)) == owner:
+    for summary in client.api.containers(all=True, filters={"label": f"{LABEL}=1"}):
+        if not _orphaned(summary.get("Labels") or {}):
             continue
         try:
-            container.remove(force=True)
+            client.api.remove_container(summary["Id"], force=True)
             removed += 1
-        except Exception:  # noqa: BLE001 - already gone, or another reaper got it first
+        except docker.errors.APIError:  # gone already, or another reaper is removing it (409)
             pass
     return removed
 
@@ -198,7 +245,13 @@ class LiveContainer:
 
 
 def create_container(
-    client: Any, image: str, limits: SandboxLimits, *, user: str, owner: str
+    client: Any,
+    image: str,
+    limits: SandboxLimits,
+    *,
+    user: str,
+    owner: str,
+    pid_namespace: str = _PID_NAMESPACE,
 ) -> LiveContainer:
     """Start one locked-down, labelled container whose main process is the watchdog.
 
@@ -207,7 +260,8 @@ def create_container(
         image: the sandbox image tag.
         limits: resource caps.
         user: "uid:gid" of the container's main process (never root).
-        owner: the owner label value (see `reap_orphans`).
+        owner: the owner label value (`owner_label()`; see `reap_orphans`).
+        pid_namespace: the pid namespace the owner's pid is numbered in (this process's).
     """
     from docker.types import Ulimit
 
@@ -235,7 +289,7 @@ def create_container(
         _WATCHDOG,
         user=user,
         working_dir="/work",
-        labels={LABEL: "1", OWNER_LABEL: owner},
+        labels={LABEL: "1", OWNER_LABEL: owner, PIDNS_LABEL: pid_namespace},
         stdin_open=True,
         detach=False,
         host_config=host_config,
@@ -250,11 +304,6 @@ def create_container(
             pass
         raise
     return LiveContainer(client, container_id, lifeline)
-
-
-def owner_label() -> str:
-    """This process's owner label value."""
-    return _owner_id(os.getpid()) or f"{socket.gethostname()}:{os.getpid()}:0"
 
 
 def _frames(buffer: bytearray) -> list[tuple[int, bytes]]:
@@ -376,7 +425,7 @@ class SandboxPool:
         self._harness_user = f"{users.harness_uid}:{users.harness_uid}"
         self._sandbox_user = f"{users.sandbox_uid}:{users.sandbox_uid}"
         self._sandbox_uid = users.sandbox_uid
-        self._owner = _owner_id(os.getpid()) or f"{socket.gethostname()}:{os.getpid()}:0"
+        self._owner = owner_label()
         self.containers_owner = self._owner  # the owner label on every container it starts
         self._idle: queue.Queue[Any] = queue.Queue()
         self._slots = threading.BoundedSemaphore(self.concurrency)

@@ -1,0 +1,58 @@
+"""Test material for tests that look at sandbox containers on the real Docker Engine.
+
+The Engine is shared: another checkout's scorer, another test run or CI job, and their reapers
+create and remove labelled sandbox containers while a test looks. So a test only ever looks at
+the containers its own process (or a child it started) owns, found by the exact owner label, and
+lists them with one Engine call that carries the labels: `containers.list()` inspects every
+container it lists, and one that another process removed meanwhile fails it with a 404.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from scorers.sandbox.image import sandbox_users
+from scorers.sandbox.pool import LABEL, OWNER_LABEL, owner_label
+
+
+def owned(client: Any, owners: Iterable[str]) -> list[str]:
+    """Ids of the sandbox containers (running or not) whose owner label is one of `owners`."""
+    wanted = set(owners)
+    return [
+        c["Id"]
+        for c in client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+        if (c.get("Labels") or {}).get(OWNER_LABEL) in wanted
+    ]
+
+
+def owners_of(pids: Iterable[int]) -> set[str]:
+    """The owner labels of the containers these live processes (in this pid namespace) start."""
+    return {owner_label(pid) for pid in pids}
+
+
+def sandbox_processes_outside_containers(client: Any) -> list[str]:
+    """Host processes running as a sandbox uid that are in no container the Engine knows.
+
+    Other sessions may have sandbox containers starting and ending meanwhile: the processes are
+    listed first and the containers after, so a container started in between cannot make its
+    processes look escaped, and a process that has exited by the time its cgroup is read is gone,
+    not left over."""
+    users = sandbox_users()
+    uids = {str(users.harness_uid), str(users.sandbox_uid)}
+    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
+    candidates = [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in uids]
+    if not candidates:
+        return []
+    live = {c["Id"] for c in client.api.containers(all=True)}
+    leftovers = []
+    for line in candidates:
+        try:
+            cgroup = Path(f"/proc/{line.split()[1]}/cgroup").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        if not any(cid in cgroup for cid in live):
+            leftovers.append(line)
+    return leftovers
