@@ -12,6 +12,7 @@ from pathlib import Path
 
 import flows_kit
 import pytest
+from process_kit import wait_for
 
 from flows.config import parse_config
 from flows.rescore import rescore_flow
@@ -74,13 +75,24 @@ def test_a_sweep_and_its_steps_are_named_and_tagged(prefect_api, tmp_path, verif
     cfg = parse_config(raw, source=tmp_path / "sweep.toml")
     sweep_flow(cfg, workers=1, progress=False)
 
+    expected = {
+        "generate ckpt-1 · 1 task",
+        "generate ckpt-2 · 1 task",
+        "ingest 2 logs",
+        f"gate sweep {sweep}",
+    }
+    # Prefect records task runs from their events, after the flow has returned: wait for them
+    wait_for(
+        lambda: expected <= {t.name for t in _runs(sweep=sweep)[1]},
+        timeout=120,
+        what="the sweep's task runs recorded by the Prefect server",
+    )
     flows, tasks = _runs(sweep=sweep)
     [run] = flows
     assert run.name == f"sweep {sweep} · 2 models × 1 task"
     assert {"model:ckpt-1", "model:ckpt-2", "task:arith", f"verifier:{name}"} <= set(run.tags)
     names = {t.name: t for t in tasks}
-    assert {"generate ckpt-1 · 1 task", "generate ckpt-2 · 1 task", "ingest 2 logs"} <= set(names)
-    assert f"gate sweep {sweep}" in names
+    assert expected <= set(names)
     assert "model:ckpt-2" in names["generate ckpt-2 · 1 task"].tags
     # the UI's filter on one model finds the sweep, and its generation of that model
     flows, tasks = _runs(model="ckpt-1", sweep=sweep)
