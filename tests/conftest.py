@@ -41,17 +41,24 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
 def _own_prefect_home(tmp_path_factory: pytest.TempPathFactory):
     """A command that starts gradebook's shared local Prefect server (no PREFECT_API_URL) starts
     it in a session temp home, on any free port, never the user's; and it is stopped when the
-    session ends, so no test leaves a server behind."""
+    session ends, so no test leaves a server behind. The state directory (where gradebook notes
+    the homes it used, and keeps one server per Prefect version) is a session temp dir too."""
     from flows.runtime.envvars import environ_set
 
     home = tmp_path_factory.mktemp("gradebook-prefect")
-    with environ_set({"GRADEBOOK_PREFECT_HOME": str(home), "GRADEBOOK_PREFECT_PORT": "0"}):
+    state = tmp_path_factory.mktemp("xdg-state")
+    env = {
+        "GRADEBOOK_PREFECT_HOME": str(home),
+        "GRADEBOOK_PREFECT_PORT": "0",
+        "XDG_STATE_HOME": str(state),
+    }
+    with environ_set(env):
         try:
             yield home
         finally:
             from flows.runtime.background_server import stop_server
 
-            stop_server(home)
+            stop_server(home, force=True)  # the session's own: a command a test left is done
 
 
 @pytest.fixture(scope="session")
