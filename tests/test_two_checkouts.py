@@ -25,6 +25,7 @@ import pytest
 from conftest import need
 from process_kit import MARK, ROOT, cli_env, make_log, marked, start_gradebook, wait_for
 
+from flows.runtime.background_server import ensure_server, prefect_home, stop_server
 from flows.runtime.procs import alive
 
 STARTED = "started a local Prefect server"
@@ -60,6 +61,7 @@ def second_checkout(tmp_path_factory) -> tuple[Path, Path]:
     where = subprocess.run(
         [python, "-c", "import sys, flows; print(flows.__file__, sys.prefix, sys.executable)"],
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        cwd=base,  # not this checkout: `-c` puts the working directory first on sys.path
         capture_output=True,
         text=True,
         check=True,
@@ -123,11 +125,19 @@ def _watcher_runs_completed(api_url: str) -> int:
 
 @pytest.mark.slow
 def test_a_second_checkout_scores_and_sweeps_while_the_first_serves_and_neither_loses_its_server(
-    tmp_path, second_checkout
+    tmp_path, second_checkout, monkeypatch, request
 ):
     copy, python_b = second_checkout
     user = _user_env(tmp_path)
     (tmp_path / "user").mkdir()
+    # The shared server, in the default home both checkouts use, started here with time to
+    # spare on a loaded host (a command allows 120 s); A's serve finds it as any command would.
+    monkeypatch.setenv("XDG_STATE_HOME", user["XDG_STATE_HOME"])
+    monkeypatch.delenv("GRADEBOOK_PREFECT_HOME")
+    monkeypatch.delenv("PREFECT_HOME", raising=False)
+    home = prefect_home()
+    ensure_server(home=home, startup_timeout=600)
+    request.addfinalizer(lambda: stop_server(home, force=True))  # if the test fails half-way
 
     # checkout A (this one): `gradebook serve`, its verifier watcher running every 5 s
     a_dir = tmp_path / "a"
@@ -228,7 +238,7 @@ def test_a_second_checkout_scores_and_sweeps_while_the_first_serves_and_neither_
         30,
         "every process either checkout started to exit",
     )
-    home = Path(before["home"])
+    assert before["home"] == str(home)
     assert home.parent == Path(user["XDG_STATE_HOME"]) / "gradebook" / "prefect"
     assert list((home / "users").glob("*.json")) == []  # no lease left
     final = _status(python_b, copy, env_b, b_dir)
