@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.runtime.procs import alive, this_process
+from flows.runtime.server import PrefectServerError
 
 __all__ = ["Lease", "checkout_root", "holding", "live_leases", "recent_users"]
 
@@ -118,7 +119,14 @@ def holding(home: Path) -> Iterator[Lease]:
     with _mutex:
         held = _held.get(home)
         if held is None:
-            held = _held[home] = _take(home)
+            try:
+                held = _held[home] = _take(home)
+            except OSError as exc:
+                raise PrefectServerError(
+                    f"cannot record this command's use of the local Prefect server in "
+                    f"{home / _USERS}: {exc.strerror or exc}; make that directory writable, or "
+                    "set GRADEBOOK_PREFECT_HOME to a directory of your own"
+                ) from None
         held.count += 1
     try:
         yield held.lease
@@ -186,13 +194,14 @@ def live_leases(home: Path, *, include_own: bool = False) -> list[Lease]:
         entries = list(os.scandir(users))
     except OSError:
         return []
-    own = {h.path.name for h in list(_held.values())} if not include_own else set()
+    held = _held.get(home)
+    own = held.path.name if held is not None and not include_own else None
     found = []
     for entry in entries:
         if entry.name.startswith(".") and entry.name.endswith(".tmp"):
             _remove_stale_tmp(Path(entry.path))
             continue
-        if not entry.name.endswith(".json") or entry.name in own:
+        if not entry.name.endswith(".json") or entry.name == own:
             continue
         lease = _live(Path(entry.path))
         if lease is not None:
