@@ -59,17 +59,17 @@ def _ago(started_at: float) -> str:
 def _show(facts: dict[str, Any], indent: str = "  ") -> None:
     for name in ("ui", "api", "pid", "uptime", "prefect", "database", "home"):
         if name in facts:
-            _line(f"{indent}{name:<9}{facts[name]}")
+            _line(f"{indent}{name:<10}{facts[name]}")
     for i, user in enumerate(facts.get("users", [])):
         head = "in use by" if i == 0 else ""
         _line(
-            f"{indent}{head:<9}{user['checkout']} (`{user['command']}`, pid {user['pid']}, "
+            f"{indent}{head:<10}{user['checkout']} (`{user['command']}`, pid {user['pid']}, "
             f"since {_since(user['started_at'])})"
         )
     for i, user in enumerate(facts.get("recent", [])):
-        head = "used by" if i == 0 else ""
+        head = "last used" if i == 0 else ""
         _line(
-            f"{indent}{head:<9}{user['checkout']} (`{user['command']}`, {_ago(user['started_at'])})"
+            f"{indent}{head:<10}{user['checkout']} (`{user['command']}`, {_ago(user['started_at'])})"
         )
 
 
