@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -258,27 +259,39 @@ def gated(tmp_path: Path):
     return log, tmp_path / "w.duckdb", gate
 
 
-def _start_gated_score(home: Path, tmp_path: Path, log: Path, db: Path, gate: Path):
+@contextmanager
+def _gated_score(home: Path, tmp_path: Path, gated):
+    """`gradebook score` of the gated log, started and waited for until it grades (so it is
+    inside its Prefect session); killed on the way out if the test left it running."""
+    log, db, gate = gated
     env = _env(home, PYTHONPATH=cli_env(tmp_path)["PYTHONPATH"], GATE_DIR=str(gate))
     proc = start_gradebook("score", str(log), "--db", str(db), env=env, preload=("gated_v",))
-    wait_for(
-        lambda: (gate / "started").exists() or proc.poll() is not None,
-        300,
-        "the score command to start grading",
-    )
-    assert proc.poll() is None, proc.communicate()
-    return proc
+    try:
+        wait_for(
+            lambda: (gate / "started").exists() or proc.poll() is not None,
+            300,
+            "the score command to start grading",
+        )
+        assert proc.poll() is None, proc.communicate()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _let_finish(proc, gated) -> tuple[str, str]:
+    (gated[2] / "open").touch()
+    return proc.communicate(timeout=300)
 
 
 @pytest.mark.slow
 def test_a_server_a_command_uses_is_not_stopped_by_server_stop_nor_by_an_incompatible_command(
     home, tmp_path, gated
 ):
-    log, db, gate = gated
+    log = gated[0]
     server = ensure_server(home=home, startup_timeout=SERVER_START_S)
     env = _env(home)
-    proc = _start_gated_score(home, tmp_path, log, db, gate)
-    try:
+    with _gated_score(home, tmp_path, gated) as proc:
         # `server stop` leaves it running, naming the command that uses it
         stop = gradebook("server", "stop", env=env)
         assert stop.returncode == 2, stop.stdout + stop.stderr
@@ -299,12 +312,7 @@ def test_a_server_a_command_uses_is_not_stopped_by_server_stop_nor_by_an_incompa
         assert f"{ROOT} (`gradebook score" in line, line
         assert alive(server.pid, server.ticks)
         assert _record(home)["pid"] == server.pid
-
-        (gate / "open").touch()
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = _let_finish(proc, gated)
     assert proc.returncode == 0, err
     from flows.runtime.server_leases import live_leases
 
@@ -330,19 +338,14 @@ def test_a_server_gone_under_a_command_fails_it_in_one_line_and_a_rerun_finishes
 ):
     log, db, gate = gated
     server = ensure_server(home=home, startup_timeout=SERVER_START_S)
-    proc = _start_gated_score(home, tmp_path, log, db, gate)
-    try:
+    with _gated_score(home, tmp_path, gated) as proc:
         if how == "kill -9":
             os.kill(server.pid, signal.SIGKILL)
         else:
             stop = gradebook("server", "stop", "--force", env=_env(home))
             assert stop.returncode == 0, stop.stderr
         wait_for(lambda: not alive(server.pid, server.ticks), 10, "the server to be gone")
-        (gate / "open").touch()
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = _let_finish(proc, gated)
     assert proc.returncode == 2, err
     assert [ln for ln in err.splitlines() if ln.strip()] == [_lost_line(server, "score")], err
 
