@@ -20,6 +20,10 @@ had to kill, and exits: one line each way, no traceback. A second Ctrl-C kills t
 exits at once. The runner stops in order when the supervisor dies (a parent-death signal), and
 each flow run dies with the runner (flows.runtime.run_owner), so even a SIGKILL leaves nothing working
 on; a run left Running is marked Crashed by the next gradebook command.
+
+Serving holds a lease on gradebook's local server for its whole life, so no other command stops
+it (flows.runtime.server_leases). If it goes away all the same (killed, or `gradebook server stop
+--force`), the supervisor sees its process gone, stops the runner and exits 2 with one line.
 """
 
 from __future__ import annotations
@@ -35,10 +39,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
 
 from flows.config import SweepConfig
 from flows.runtime.console import console, err_console
+
+if TYPE_CHECKING:
+    from flows.runtime.background_server import ServerInfo
 
 __all__ = ["STOP_GRACE_S", "build_deployments", "serve_configs"]
 
@@ -105,12 +114,14 @@ def serve_configs(
     cfgs: Sequence[SweepConfig], *, watch_every: int = 60, verbose: bool = False
 ) -> int:
     """Register the deployments and run them until SIGINT or SIGTERM; returns the exit code."""
+    from flows.runtime.background_server import server_at
     from flows.runtime.console import quiet_prefect
     from flows.runtime.procs import parent_death_preexec
     from flows.runtime.session import prefect_session
 
     quiet_prefect(verbose)
     with prefect_session() as api_url:
+        local = server_at(api_url)  # None: a server PREFECT_API_URL names
         console.print(
             f"[bold]gradebook serve[/bold]: Prefect UI {_ui_url(api_url)} (API {api_url})"
         )
@@ -134,7 +145,7 @@ def serve_configs(
             preexec_fn=parent_death_preexec(signal.SIGUSR1),
         )
         try:
-            return _supervise(runner)
+            return _supervise(runner, api_url, local)
         finally:
             from flows.runtime.procs import kill_group
 
@@ -143,8 +154,13 @@ def serve_configs(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _supervise(runner: subprocess.Popen[bytes]) -> int:
-    """Wait for the runner; on the first signal stop it in order, on a second kill it."""
+def _supervise(runner: subprocess.Popen[bytes], api_url: str, local: ServerInfo | None) -> int:
+    """Wait for the runner; on the first signal stop it in order, on a second kill it.
+
+    Raises:
+        flows.runtime.session.ServerLost: the local server's process went away meanwhile (the
+            runner is stopped first).
+    """
     from flows.runtime.interrupts import exit_code
     from flows.runtime.procs import kill_group
 
@@ -167,6 +183,7 @@ def _supervise(runner: subprocess.Popen[bytes]) -> int:
             pass
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    gone = False
     try:
         while True:
             try:
@@ -175,12 +192,21 @@ def _supervise(runner: subprocess.Popen[bytes]) -> int:
             except subprocess.TimeoutExpired:
                 if first and time.monotonic() - first[0][1] > STOP_GRACE_S:
                     break
+                # the pid, not a health check: a busy server answering late is still there
+                if local is not None and not local.alive():
+                    gone = True
+                    break
         left = _processes(runner.pid)
         kill_group(runner.pid)  # a run, worker or zygote the runner did not stop in time
         runner.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if gone or (not first and local is not None and not local.alive()):
+        from flows.runtime.session import ServerLost, server_lost
+
+        lost = server_lost(api_url, pid=local.pid, ticks=local.ticks)
+        raise lost or ServerLost(f"the local Prefect server (pid {local.pid}) went away")
     if not first:
         err_console.print(
             f"[red]error:[/red] the Prefect runner exited (code {code}) before any signal: "
@@ -188,7 +214,7 @@ def _supervise(runner: subprocess.Popen[bytes]) -> int:
             soft_wrap=True,
         )
         return 2
-    _settle(first[0][2] | left)
+    _settle(first[0][2] | left, api_url, local)
     console.print("gradebook serve: stopped")
     return 0
 
@@ -200,14 +226,22 @@ def _processes(pgid: int) -> set[str]:
     return {str(ProcessId(host, pid, start_ticks(pid))) for pid in group_members(pgid)}
 
 
-def _settle(owners: set[str]) -> None:
+def _settle(owners: set[str], api_url: str, local: ServerInfo | None) -> None:
     """Runs whose process was stopped with the runner, and not finished by it: Cancelled."""
     from flows.runtime.run_owner import settle_orphaned_runs
+    from flows.runtime.session import server_lost
 
     try:
         settle_orphaned_runs(owners=owners, message="gradebook serve stopped while it ran")
-    except Exception as exc:  # the server is gone too: nothing to record it in
-        err_console.print(f"gradebook serve: could not mark the stopped runs: {exc}")
+    except Exception as exc:
+        lost = server_lost(
+            api_url, exc, pid=local.pid if local else None, ticks=local.ticks if local else None
+        )
+        why = str(lost) if lost is not None else str(exc)
+        err_console.print(
+            f"gradebook serve: could not mark the stopped runs Cancelled: {escape(why)}",
+            soft_wrap=True,
+        )
 
 
 def _remove_stale_tmp() -> None:

@@ -73,7 +73,8 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
 def _own_prefect_home(tmp_path_factory: pytest.TempPathFactory):
     """A command that starts gradebook's shared local Prefect server (no PREFECT_API_URL) starts
     it in a session temp home, on any free port, never the user's; and it is stopped when the
-    session ends, so no test leaves a server behind."""
+    session ends, so no test leaves a server behind. (The state directory, where gradebook notes
+    the homes it used, is already the session's: see the XDG variables above.)"""
     from flows.runtime.envvars import environ_set
 
     home = tmp_path_factory.mktemp("gradebook-prefect")
@@ -83,7 +84,7 @@ def _own_prefect_home(tmp_path_factory: pytest.TempPathFactory):
         finally:
             from flows.runtime.background_server import stop_server
 
-            stop_server(home)
+            stop_server(home, force=True)  # the session's own: a command a test left is done
 
 
 @pytest.fixture(scope="session")

@@ -34,12 +34,14 @@ app.add_typer(server_app, name="server")
 
 
 def main() -> None:
+    from flows.runtime.server import PrefectServerError
     from warehouse import WarehouseError
 
     try:
         app()  # in standalone mode it always ends with SystemExit
-    except WarehouseError as exc:
-        # every command maps these to one line itself; this is the net for a path that does not
+    except (WarehouseError, PrefectServerError) as exc:
+        # every command maps these to one line itself (a local Prefect server that could not
+        # start or went away: flows.runtime.session); this is the net for a path that does not
         err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         _exit(2)
         raise SystemExit(2) from None

@@ -2,15 +2,20 @@
 
 Without PREFECT_API_URL, the first command that runs a flow starts Prefect's own detached server
 (`prefect server start --background`, which writes the server's pid to PREFECT_HOME/server.pid,
-the file `prefect server stop` reads too), bound to 127.0.0.1, in gradebook's own Prefect home.
-It outlives the command: later commands find it and pay a health check instead of its start.
-`gradebook server start|stop|status` manage it (flows/cli/server.py).
+the file `prefect server stop` reads too), bound to 127.0.0.1, in gradebook's own Prefect home
+(flows.runtime.server_homes: one per Prefect version, or the one the user names). It outlives
+the command: later commands, from any checkout or virtualenv, find it and pay a health check
+instead of its start. `gradebook server start|stop|status` manage it (flows/cli/server.py).
 
 Beside Prefect's pid file gradebook keeps a record, `gradebook-server.json`: the port, when the
-process started (a pid alone may name another process once the first is gone) and the versions
-it was started with. A server is reused only when all of these match and it answers. Anything
-else is a leftover -- its process was killed, it hangs, an older gradebook or Prefect started it
--- and is stopped and replaced before any flow runs against it. A lock file serialises the
+process started (a pid alone may name another process once the first is gone) and the key it
+was started with (`server_key()`). A server is reused when its key matches and it answers.
+
+Every command that uses the server holds a lease on it while it does
+(flows.runtime.server_leases). A server with a live lease is never stopped by another command:
+not as a leftover, not by `gradebook server stop` (unless `--force`). One nobody uses that
+cannot be reused -- its process was killed, it hangs, it was started another way -- is a
+leftover, stopped and replaced before any flow runs against it. A lock file serialises the
 check-and-start, so commands started together share one server.
 """
 
@@ -33,18 +38,27 @@ from typing import Any
 
 from flows.runtime.procs import alive, environ_of, group_members, kill_group, start_ticks, wait_gone
 from flows.runtime.server import PrefectServerError, free_port, quiet_env, server_healthy, warm_up
+from flows.runtime.server_homes import (
+    all_homes,
+    explicit_home,
+    legacy_home,
+    note_home,
+    prefect_home,
+    server_key,
+)
+from flows.runtime.server_leases import Lease, holding, live_leases, recent_users
 
 __all__ = [
     "STARTUP_TIMEOUT_S",
+    "ServerInUse",
     "ServerInfo",
+    "all_servers",
     "ensure_server",
     "find_server",
     "prefect_home",
     "stop_server",
 ]
 
-# Bump when the way the server is started changes: a server started the old way is replaced.
-LAYOUT = 1
 STARTUP_TIMEOUT_S = 120.0  # a cold start migrates the database: 10-25 s on a busy 2-core host
 DEFAULT_PORT = 4200  # Prefect's own default; any free port when it is taken
 _RECORD = "gradebook-server.json"
@@ -53,37 +67,11 @@ _LOCK = "server.lock"
 _LAUNCH_LOG = "server-launch.log"
 
 
-def prefect_home() -> Path:
-    """Where the shared server keeps its database, pid file and record.
-
-    GRADEBOOK_PREFECT_HOME, else PREFECT_HOME (a home the user chose for Prefect), else
-    $XDG_STATE_HOME/gradebook/prefect (~/.local/state/gradebook/prefect): never the user's
-    ~/.prefect unless asked for.
-    """
-    for var in ("GRADEBOOK_PREFECT_HOME", "PREFECT_HOME"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser().resolve()
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return (base / "gradebook" / "prefect").resolve()
-
-
-def current_key() -> dict[str, str]:
-    """What a reusable server must have been started with (else it is replaced)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    def v(dist: str) -> str:
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            return "?"
-
-    return {
-        "layout": str(LAYOUT),
-        "prefect": v("prefect"),
-        "gradebook": v("gradebook"),
-        "python": sys.executable,
-    }
+def compatible(key: dict[str, str] | None) -> bool:
+    """Whether a server started with `key` serves this process (None: the user started it)."""
+    if key is None:
+        return True
+    return {k: key.get(k) for k in ("layout", "prefect")} == server_key()
 
 
 @dataclass
@@ -95,7 +83,7 @@ class ServerInfo:
         port: the port it listens on, on 127.0.0.1.
         pid: its process (None while its launcher runs).
         ticks: when that process started (`flows.runtime.procs.start_ticks`).
-        key: `current_key()` as it was when it started; None for a server gradebook did not
+        key: `server_key()` as it was when it started; None for a server gradebook did not
             start (`prefect server start --background` in a PREFECT_HOME the user chose).
         database: its database (a file, or the setting that names it).
         state: "starting" or "up".
@@ -130,6 +118,19 @@ class ServerInfo:
 
     def alive(self) -> bool:
         return self.pid is not None and alive(self.pid, self.ticks)
+
+    @property
+    def prefect(self) -> str:
+        """The Prefect version it runs ("?" when gradebook did not start it)."""
+        return (self.key or {}).get("prefect", "?")
+
+
+class ServerInUse(PrefectServerError):
+    """A server another command uses was not stopped (the message names who uses it)."""
+
+    def __init__(self, message: str, info: ServerInfo, users: list[Lease]) -> None:
+        super().__init__(message)
+        self.info, self.users = info, users
 
 
 # -- files in the home -----------------------------------------------------------------------
@@ -249,7 +250,7 @@ def _usable(info: ServerInfo | None, *, patience_s: float = 0.0) -> ServerInfo |
     """`info` if it is a live, current, answering server (waiting up to `patience_s`)."""
     if info is None or info.pid is None:
         return None
-    if info.key is not None and info.key != current_key():
+    if not compatible(info.key):
         return None
     if not info.alive() or _read_pid_file(info.home) != info.pid:
         return None
@@ -268,14 +269,42 @@ def find_server(home: Path | None = None) -> ServerInfo | None:
     return _usable(_known(home))
 
 
+def server_at(api_url: str, home: Path | None = None) -> ServerInfo | None:
+    """The local server of `home` (default `prefect_home()`) if it is the one at `api_url`."""
+    info = _known(home or prefect_home())
+    return info if info is not None and info.api_url == api_url.rstrip("/") else None
+
+
 def leftover(home: Path | None = None) -> ServerInfo | None:
-    """A server the home's files name that is not reusable (dead, hung, or started by another
-    gradebook or Prefect version), or None."""
+    """A server the home's files name that is not reusable (dead, hung, or started for another
+    Prefect version or layout), or None. It is replaced only when no command uses it."""
     home = home or prefect_home()
     info = _known(home)
     if info is None or _usable(info) is not None:
         return None
     return info
+
+
+def why_unusable(info: ServerInfo) -> str:
+    """Why a server this process cannot use is not usable, in a few words."""
+    if not info.alive():
+        return f"its process (pid {info.pid}) is gone" if info.pid else "it never started"
+    if not compatible(info.key):
+        want = server_key()
+        key = info.key or {}
+        if key.get("prefect") != want["prefect"]:
+            theirs, ours = key.get("prefect", "?"), want["prefect"]
+            return f"it runs Prefect {theirs}, this gradebook Prefect {ours}"
+        return f"it was started another way (layout {key.get('layout', '?')})"
+    return "it does not answer"
+
+
+def users_text(users: list[Lease]) -> str:
+    """Who uses a server, for a one-line message: the first user and how many more."""
+    first = users[0]
+    since = time.strftime("%H:%M:%S", time.localtime(first.started_at))
+    text = f"{first.checkout} (`{first.command}`, pid {first.pid}, since {since})"
+    return text if len(users) == 1 else f"{text} and {len(users) - 1} more"
 
 
 # -- starting and stopping ---------------------------------------------------------------------
@@ -289,6 +318,9 @@ def ensure_server(
 ) -> ServerInfo:
     """The shared local server, started now if none is usable (`started_here` then).
 
+    This process holds a lease on it during the call (`server_leases.holding`); a caller that
+    goes on using the server holds one around the call and its use (as `prefect_session`).
+
     Args:
         meanwhile: work to do while a server boots (or at once if one is up); if it raises, a
             server started for this call is stopped again and the exception propagates.
@@ -296,32 +328,64 @@ def ensure_server(
         home: its PREFECT_HOME (default `prefect_home()`).
 
     Raises:
+        ServerInUse: the home's server cannot serve this process and another command uses it
+            (only in a home named explicitly: the state directory's homes are per Prefect
+            version and layout).
         PrefectServerError: no server could be started; the message says why and what to do.
     """
     home = home or prefect_home()
     home.mkdir(parents=True, exist_ok=True)
-    found = _usable(_known(home))
-    if found is None:
-        with _locked(home, startup_timeout + 30):
-            info = _known(home)
-            # a server of this version still booting (its starter died) or slow under load
-            patience = startup_timeout if info is not None and info.state == "starting" else 15
-            found = _usable(info, patience_s=patience)
-            if found is None:
-                _stop(info, home)
-                return _start(home, meanwhile, startup_timeout)
+    if home == explicit_home():
+        note_home(home)
+    # The lease first, then the check under the lock: a `server stop` or a replacement in
+    # another process either sees this lease or has finished before the check.
+    with holding(home), _locked(home, startup_timeout + 30):
+        info = _known(home)
+        # a server of this version still booting (its starter died) or slow under load
+        patience = startup_timeout if info is not None and info.state == "starting" else 15
+        found = _usable(info, patience_s=patience)
+        if found is None:
+            users = live_leases(home)
+            if info is not None and info.alive() and users:
+                raise ServerInUse(
+                    f"the local Prefect server in {home} (pid {info.pid}, {info.ui_url}) cannot "
+                    f"serve this command: {why_unusable(info)}; {users_text(users)} uses it, so "
+                    "it was left running. Wait for that command, set GRADEBOOK_PREFECT_HOME to "
+                    "another directory, or stop it with `gradebook server stop --force`",
+                    info,
+                    users,
+                )
+            _stop(info, home)
+            return _start(home, meanwhile, startup_timeout)
     if meanwhile is not None:
         meanwhile()
     return found
 
 
-def stop_server(home: Path | None = None) -> ServerInfo | None:
-    """Stop the home's server (whatever its state) and forget it; returns what was stopped."""
+def stop_server(home: Path | None = None, *, force: bool = False) -> ServerInfo | None:
+    """Stop the home's server (whatever its state) and forget it; returns what was stopped.
+
+    Args:
+        force: stop it even while other commands use it (they then fail, saying so).
+
+    Raises:
+        ServerInUse: another command uses it and `force` is not set; nothing was stopped.
+    """
     home = home or prefect_home()
     if not home.is_dir():
         return None
     with _locked(home, STARTUP_TIMEOUT_S):
         info = _known(home)
+        if not force and info is not None and info.alive():
+            users = live_leases(home)
+            if users:
+                raise ServerInUse(
+                    f"the local Prefect server at {info.ui_url} (pid {info.pid}) is in use by "
+                    f"{users_text(users)}; it was left running. Stop that command first, or "
+                    "`gradebook server stop --force` (the commands using it then fail)",
+                    info,
+                    users,
+                )
         stopped = _stop(info, home)
     return info if stopped else None
 
@@ -372,7 +436,7 @@ def _start(
 ) -> ServerInfo:
     port = _pick_port()
     for attempt in range(3):
-        info = ServerInfo(home, port, key=current_key())
+        info = ServerInfo(home, port, key=server_key())
         env = _server_env(home, info.api_url)
         info.database = _database(env, home)
         _write_record(info)  # before the launch: a starter that dies leaves a record to find
@@ -467,16 +531,52 @@ def _tail(path: Path, lines: int = 6) -> str:
 
 
 def describe(info: ServerInfo) -> dict[str, Any]:
-    """What `gradebook server status` shows."""
+    """What `gradebook server status` shows of a server."""
     up = info.uptime_s() if info.alive() else None
     return {
         "ui": info.ui_url,
         "api": info.api_url,
         "pid": info.pid,
         "uptime": _duration(up) if up is not None else "-",
+        "prefect": info.prefect,
         "database": info.database or "(unknown: not started by gradebook)",
         "home": str(info.home),
     }
+
+
+def server_facts(home: Path) -> dict[str, Any] | None:
+    """A home's server as `gradebook server status --json` lists it (None: it has none).
+
+    `state` is "running", "starting", "not answering" or "gone" (its process is); `users` are
+    the commands using it now, `recent` the other checkouts that used it lately; `legacy`: an
+    older gradebook started it (it records no users).
+    """
+    info = _known(home)
+    if info is None:
+        return None
+    if not info.alive():
+        state = "gone"
+    elif server_healthy(info.api_url, timeout=1.0):
+        state = "running"
+    else:
+        state = "starting" if info.state == "starting" else "not answering"
+    users = live_leases(home, include_own=True)
+    using = {(u.checkout, u.venv) for u in users}
+    recent = [r for r in recent_users(home) if (r.checkout, r.venv) not in using]
+    return {
+        "state": state,
+        "this_checkout": home == prefect_home(),
+        "compatible": compatible(info.key),
+        "legacy": home == legacy_home(),
+        **describe(info),
+        "users": [u.describe() for u in users],
+        "recent": [r.describe() for r in recent],
+    }
+
+
+def all_servers() -> list[dict[str, Any]]:
+    """Every gradebook server of this user (`server_facts` of each home), this process's first."""
+    return [facts for home in all_homes() if (facts := server_facts(home)) is not None]
 
 
 def _duration(seconds: float) -> str:

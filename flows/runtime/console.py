@@ -56,6 +56,9 @@ _QUIET_ENV = {
     "PREFECT_SERVER_LOGGING_LEVEL": "ERROR",
     "PREFECT_LOGGING_LOG_PRINTS": "false",
     "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "CRITICAL",
+    # prefect._internal's own handler: its services log every event they fail to send (a
+    # server that went away) with the whole event, a page each; the command says it in one line
+    "PREFECT_LOGGING_HANDLERS_DEBUG_LEVEL": "CRITICAL",
 }
 
 
@@ -90,12 +93,15 @@ def quiet_prefect(verbose: bool = False) -> None:
 
         prefect_logging.setup_logging()
     # Silence only the console handlers: the API handler still ships run logs to the UI.
-    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.server", ""):
+    names = ("prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.server", "")
+    for name in (*names, "prefect._internal"):
         for handler in logging.getLogger(name).handlers:
             if isinstance(handler, logging.StreamHandler) and not _is_api_handler(handler):
                 handler.setLevel(logging.CRITICAL)
     for name in ("uvicorn", "uvicorn.error", "docket", "httpx"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    # Prefect's API log worker writes each batch it cannot send to stderr unless this is off
+    logging.raiseExceptions = False
 
 
 def _is_api_handler(handler: logging.Handler) -> bool:
