@@ -24,6 +24,7 @@ from flows.score import (
     GradingPool,
     RunScore,
     ScoreOptions,
+    ScoringStopped,
     ingest_task,
     score_runs,
     scoring_pool,
@@ -100,8 +101,8 @@ def _generate_and_score(
     """The embedded stages: generate, ingest, score (and the retry pass), in this process.
 
     A stop (SIGINT, SIGTERM: flows.runtime.interrupts) cancels the eval in flight; what was generated,
-    cancelled logs included, is still ingested, and scoring is skipped (or ends where it was:
-    the scores written stay).
+    cancelled logs included, is still ingested, and scoring is skipped (or, once it has begun,
+    stops handing out chunks and writes what was graded: `flows.score.ScoringStopped`).
     """
     names = sorted({n for t in cfg.tasks for n in task_verifier_names(t, cfg.model_roles)})
     loaded = current_fingerprints(names)
@@ -134,9 +135,11 @@ def _generate_and_score(
         try:
             scores = score_runs(cfg.warehouse, plan, opts, pool)
             scores += retry_pass(cfg.warehouse, scores, opts, pool)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             if stop_signal() is None:
                 raise
+            if isinstance(exc, ScoringStopped):  # what it graded is written
+                scores += exc.summaries
     finally:
         pool.close()
     return generations, plan, scores

@@ -7,26 +7,30 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from process_kit import (
     MARK,
+    STOP_LINE,
     TESTS,
+    Lines,
     cli_env,
+    flow_run_states,
     gradebook,
     make_log,
     marked,
+    score_counts,
     start_gradebook,
     wait_for,
     write_verifier,
 )
 
-from warehouse import Warehouse, WarehouseLocked, WarehouseMissing
+from warehouse import Warehouse
 
 SLOW_TASK = textwrap.dedent(
     '''
@@ -90,37 +94,6 @@ def _sweep_config(tmp: Path) -> Path:
     return cfg
 
 
-class _Lines:
-    """Collects a pipe's lines in a thread, so a test can wait for one while the process runs."""
-
-    def __init__(self, stream) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream) -> None:
-        for line in stream:
-            self.lines.append(line.rstrip("\n"))
-
-    def text(self) -> str:
-        self._thread.join(timeout=10)
-        return "\n".join(self.lines)
-
-
-def _sweep_run_state(api_url: str, where: Path) -> str:
-    """State of the sweep flow run this test started: the one whose parameters name its directory
-    (the session's server also holds other tests' sweep runs, scheduled ones among them)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-
-    with get_client(sync_client=True) as c:
-        runs = c.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=["sweep"])), limit=200
-        )
-    (state,) = {r.state_type.value for r in runs if str(where) in json.dumps(r.parameters)}
-    return state
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_whole_sweep_and_keeps_what_was_generated(prefect_api, tmp_path, sig):
@@ -161,7 +134,7 @@ def test_a_signal_stops_the_whole_sweep_and_keeps_what_was_generated(prefect_api
     with Warehouse(tmp_path / "w.duckdb").read() as con:
         ((status, n),) = con.execute("SELECT status, n_samples FROM runs").fetchall()
     assert status == "cancelled" and n >= 3
-    assert _sweep_run_state(prefect_api, tmp_path) == "CANCELLED"
+    assert flow_run_states(prefect_api, "sweep", tmp_path) == ["CANCELLED"]
     assert marked(env[MARK]) == []
 
 
@@ -176,7 +149,7 @@ def test_a_second_ctrl_c_exits_at_once(prefect_api, tmp_path):
     with Warehouse(db).write():
         pass  # the warehouse exists, so a reader can hold it
     proc = start_gradebook("sweep", str(cfg), env=env, cwd=tmp_path)
-    err = _Lines(proc.stderr)
+    err = Lines(proc.stderr)
     try:
         wait_for(lambda: trace.exists(), 180, "the first sample")
         # the first Ctrl-C's clean stop must wait for the warehouse, which a reader holds
@@ -198,21 +171,6 @@ def test_a_second_ctrl_c_exits_at_once(prefect_api, tmp_path):
     wait_for(lambda: marked(env[MARK]) == [], 10, "the command's children to exit")
 
 
-def _scores(db: Path, scorer: str) -> tuple[int, int]:
-    """(score rows, distinct samples scored) for `scorer`; (-1, -1) while a writer holds it."""
-    try:
-        with Warehouse(db, lock_timeout_s=0.2).read() as con:
-            return con.execute(
-                "SELECT count(*), count(DISTINCT (run_id, sample_id, epoch)) FROM scores "
-                "WHERE scorer = ?",
-                [scorer],
-            ).fetchone()
-    except WarehouseMissing:
-        return (0, 0)
-    except WarehouseLocked:
-        return (-1, -1)
-
-
 @pytest.fixture
 def slow_stage(tmp_path):
     """A 1,000-sample log whose verifier (slow_v) takes a few seconds in all, and its db."""
@@ -230,7 +188,7 @@ def test_ctrl_c_on_score_is_one_line_and_a_rerun_scores_every_sample_once(
     args = ("score", str(log), "--db", str(db), "--workers", "2")
     proc = start_gradebook(*args, env=env, preload=("slow_v",))
     try:
-        wait_for(lambda: _scores(db, "slow_v")[0] > 0, 180, "the first scores to be written")
+        wait_for(lambda: score_counts(db, "slow_v")[0] > 0, 180, "the first scores to be written")
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
         out, err = proc.communicate(timeout=60)
     finally:
@@ -238,17 +196,18 @@ def test_ctrl_c_on_score_is_one_line_and_a_rerun_scores_every_sample_once(
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130
     assert "Traceback" not in err, err
-    assert [ln for ln in err.splitlines() if ln.strip()] == [
-        "gradebook: SIGINT: stopping (again to exit at once)"
-    ]
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    stop = re.fullmatch(STOP_LINE.format(sig="SIGINT", again="Ctrl-C again"), line)
+    assert stop, line
     wait_for(lambda: marked(env[MARK]) == [], 10, "the grading workers and zygotes to exit")
-    written, _ = _scores(db, "slow_v")
+    written, _ = score_counts(db, "slow_v")
     assert 0 < written < 1000, "interrupted mid-stage"
+    assert written == int(stop["all"].replace(",", ""))  # what it said it kept
 
     again = gradebook(*args, env=env, preload=("slow_v",))
 
     assert again.returncode == 0, again.stderr
-    assert _scores(db, "slow_v") == (1000, 1000)  # every sample once: none lost, none doubled
+    assert score_counts(db, "slow_v") == (1000, 1000)  # every sample once: none lost, none doubled
 
 
 @pytest.fixture(scope="module")
@@ -269,8 +228,6 @@ def local_home(tmp_path_factory):
 def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_its_run(
     local_home, tmp_path, slow_stage, sig
 ):
-    import json
-
     log, db = slow_stage
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()
@@ -285,7 +242,7 @@ def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_i
     proc = start_gradebook(*args, env=env, preload=("slow_v",))
     server_pid = None
     try:
-        wait_for(lambda: _scores(db, "slow_v")[0] > 0, 240, "the first scores to be written")
+        wait_for(lambda: score_counts(db, "slow_v")[0] > 0, 240, "the first scores to be written")
         proc.send_signal(sig)
         proc.communicate(timeout=60)
         assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
@@ -303,12 +260,13 @@ def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_i
         again = gradebook(*args, env=env, preload=("slow_v",))
 
         assert again.returncode == 0, again.stderr
-        assert _scores(db, "slow_v") == (1000, 1000)
-        # the killed run is not left Running: Prefect's SIGTERM handling crashes it itself;
-        # after a SIGKILL the next command (the re-run) finds its process gone and marks it
+        assert score_counts(db, "slow_v") == (1000, 1000)
+        # the killed run is not left Running: SIGTERM stops it in order (Cancelled); after a
+        # SIGKILL the next command (the re-run) finds its process gone and marks it Crashed
         api_url = f"http://127.0.0.1:{json.loads(record.read_text())['port']}/api"
         rerun, killed = _score_runs(api_url)
-        assert (rerun.state_type.value, killed.state_type.value) == ("COMPLETED", "CRASHED")
+        ended = "CRASHED" if sig == signal.SIGKILL else "CANCELLED"
+        assert (rerun.state_type.value, killed.state_type.value) == ("COMPLETED", ended)
         if sig == signal.SIGKILL:
             assert f"its process ({proc.pid} on" in killed.state.message
     finally:

@@ -576,65 +576,34 @@ class Warehouse:
             The samples with no score row for (scorer, digest), and with `retry` the retryable
             ones; `attempt` is the attempt number their grading must be written as.
         """
-        if not self.path.exists():
+        if not self.path.exists() or (run_ids is not None and not run_ids):
             return SAMPLES_TO_SCORE_SCHEMA.empty_table()
-        if run_ids is not None and not run_ids:
-            return SAMPLES_TO_SCORE_SCHEMA.empty_table()
-        params: dict[str, Any] = {"scorer": scorer, "digest": digest}
-        in_runs = ""
-        if run_ids is not None:
-            # composed, not `$runs IS NULL OR ...`: that OR would turn the semi-join into a
-            # mark join over every sample
-            in_runs = "AND {col} IN (SELECT unnest($runs::VARCHAR[]))"
-            params["runs"] = list(run_ids)
-        state_col, runs_join = "NULL::VARCHAR", ""
-        if state:
-            state_col, runs_join = STATE_JSON_SQL, "LEFT JOIN wh.runs r ON r.run_id = s.run_id"
-        if retry is not None:
-            retryable = _retryable_sql(retry, params)
-            if max_attempt is not None:
-                retryable += " AND c.attempt < $max_attempt"
-                params["max_attempt"] = max_attempt
-            if skip_reasons:
-                retryable += " AND NOT list_contains($skip::VARCHAR[], c.reason)"
-                params["skip"] = list(skip_reasons)
-            sql = f"""
-                WITH cur AS (
-                    SELECT run_id, sample_id, epoch, max(attempt) AS attempt,
-                           arg_max(status, attempt) AS status, arg_max(reason, attempt) AS reason,
-                           arg_max(explanation, attempt) AS explanation
-                    FROM wh.scores
-                    WHERE scorer = $scorer AND fingerprint = $digest {in_runs.format(col="run_id")}
-                    GROUP BY run_id, sample_id, epoch
-                )
-                SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
-                       s.metadata::VARCHAR AS metadata, s.error,
-                       (coalesce(c.attempt, 0) + 1)::INTEGER AS attempt, {state_col} AS state
-                FROM wh.samples s
-                LEFT JOIN cur c
-                  ON c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
-                {runs_join}
-                WHERE (c.attempt IS NULL
-                       OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL))
-                  {in_runs.format(col="s.run_id")}
-                ORDER BY s.run_id, s.sample_id, s.epoch
-            """
-        else:
-            sql = f"""
-                SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
-                       s.metadata::VARCHAR AS metadata, s.error, 1::INTEGER AS attempt,
-                       {state_col} AS state
-                FROM wh.samples s {runs_join}
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM wh.scores c
-                    WHERE c.scorer = $scorer AND c.fingerprint = $digest
-                      AND c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
-                ) {in_runs.format(col="s.run_id")}
-                ORDER BY s.run_id, s.sample_id, s.epoch
-            """
+        sql, params = _to_score_sql(
+            scorer, digest, run_ids, retry, max_attempt, skip_reasons, state
+        )
         with self.read() as con:
             table = con.sql(sql, params=params).to_arrow_table()
         return table.cast(SAMPLES_TO_SCORE_SCHEMA)
+
+    def count_to_score(
+        self,
+        scorer: str,
+        digest: str,
+        *,
+        run_ids: Sequence[str] | None = None,
+        retry: RetryScope | None = None,
+        max_attempt: int | None = None,
+        skip_reasons: Sequence[str] = (),
+    ) -> int:
+        """How many samples `samples_to_score` would return with these arguments, counted
+        without reading them (what a stopped stage leaves to the next one)."""
+        if not self.path.exists() or (run_ids is not None and not run_ids):
+            return 0
+        sql, params = _to_score_sql(
+            scorer, digest, run_ids, retry, max_attempt, skip_reasons, False
+        )
+        with self.read() as con:
+            return int(con.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()[0])
 
     def unscored_to_retry(
         self, scorer: str, digest: str, retry: RetryScope
@@ -777,6 +746,71 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ROLLBACK")
     except duckdb.Error:
         pass  # the failed statement already ended the transaction (or invalidated the file)
+
+
+def _to_score_sql(
+    scorer: str,
+    digest: str,
+    run_ids: Sequence[str] | None,
+    retry: RetryScope | None,
+    max_attempt: int | None,
+    skip_reasons: Sequence[str],
+    state: bool,
+) -> tuple[str, dict[str, Any]]:
+    """The query (and its parameters) of `Warehouse.samples_to_score`."""
+    params: dict[str, Any] = {"scorer": scorer, "digest": digest}
+    in_runs = ""
+    if run_ids is not None:
+        # composed, not `$runs IS NULL OR ...`: that OR would turn the semi-join into a
+        # mark join over every sample
+        in_runs = "AND {col} IN (SELECT unnest($runs::VARCHAR[]))"
+        params["runs"] = list(run_ids)
+    state_col, runs_join = "NULL::VARCHAR", ""
+    if state:
+        state_col, runs_join = STATE_JSON_SQL, "LEFT JOIN wh.runs r ON r.run_id = s.run_id"
+    if retry is not None:
+        retryable = _retryable_sql(retry, params)
+        if max_attempt is not None:
+            retryable += " AND c.attempt < $max_attempt"
+            params["max_attempt"] = max_attempt
+        if skip_reasons:
+            retryable += " AND NOT list_contains($skip::VARCHAR[], c.reason)"
+            params["skip"] = list(skip_reasons)
+        sql = f"""
+            WITH cur AS (
+                SELECT run_id, sample_id, epoch, max(attempt) AS attempt,
+                       arg_max(status, attempt) AS status, arg_max(reason, attempt) AS reason,
+                       arg_max(explanation, attempt) AS explanation
+                FROM wh.scores
+                WHERE scorer = $scorer AND fingerprint = $digest {in_runs.format(col="run_id")}
+                GROUP BY run_id, sample_id, epoch
+            )
+            SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
+                   s.metadata::VARCHAR AS metadata, s.error,
+                   (coalesce(c.attempt, 0) + 1)::INTEGER AS attempt, {state_col} AS state
+            FROM wh.samples s
+            LEFT JOIN cur c
+              ON c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
+            {runs_join}
+            WHERE (c.attempt IS NULL
+                   OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL))
+              {in_runs.format(col="s.run_id")}
+            ORDER BY s.run_id, s.sample_id, s.epoch
+        """
+    else:
+        sql = f"""
+            SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
+                   s.metadata::VARCHAR AS metadata, s.error, 1::INTEGER AS attempt,
+                   {state_col} AS state
+            FROM wh.samples s {runs_join}
+            WHERE NOT EXISTS (
+                SELECT 1 FROM wh.scores c
+                WHERE c.scorer = $scorer AND c.fingerprint = $digest
+                  AND c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
+            ) {in_runs.format(col="s.run_id")}
+            ORDER BY s.run_id, s.sample_id, s.epoch
+        """
+    return sql, params
 
 
 def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:
