@@ -44,9 +44,12 @@ SLOW_TASK = textwrap.dedent(
 
 
     @solver
-    def pause(seconds: float):
+    def pause(seconds: float, quick: int):
         async def solve(state, generate_fn):
-            await asyncio.sleep(seconds)
+            # the first `quick` samples do not pause; the others pause `seconds`, or
+            # $SLOW_TASK_HOLD when set (a run that is slow this time, with the same config)
+            hold = float(os.environ.get("SLOW_TASK_HOLD", seconds))
+            await asyncio.sleep(0 if int(state.sample_id) <= quick else hold)
             with open(os.environ["SLOW_TASK_TRACE"], "a") as f:
                 f.write("sample\\n")
             return state
@@ -55,17 +58,18 @@ SLOW_TASK = textwrap.dedent(
 
 
     @task
-    def slow(n: int = 40, seconds: float = 1.0):
+    def slow(n: int = 40, seconds: float = 1.0, quick: int = 0):
         samples = [
             Sample(input=f"What is {i} + {2 * i}?", target=str(3 * i), id=i)
             for i in range(1, n + 1)
         ]
-        return Task(dataset=MemoryDataset(samples, name="slow"), solver=[pause(seconds), generate()])
+        solver = [pause(seconds, quick), generate()]
+        return Task(dataset=MemoryDataset(samples, name="slow"), solver=solver)
     '''
 )
 
 
-def _sweep_config(tmp: Path) -> Path:
+def _sweep_config(tmp: Path, slow_args: str = "{}") -> Path:
     (tmp / "slow_task.py").write_text(SLOW_TASK)
     write_verifier(tmp, "quick_v")
     cfg = tmp / "stoppable.toml"
@@ -82,6 +86,7 @@ def _sweep_config(tmp: Path) -> Path:
             args_from = "cluster_kit:mock_args"
             [[tasks]]
             task = "{tmp / "slow_task.py"}@slow"
+            args = {slow_args}
             verifiers = ["quick_v"]
             [[tasks]]
             task = "{TESTS / "flows_kit.py"}@arith"
@@ -136,6 +141,80 @@ def test_a_signal_stops_the_whole_sweep_and_keeps_what_was_generated(prefect_api
     assert status == "cancelled" and n >= 3
     assert flow_run_states(prefect_api, "sweep", tmp_path) == ["CANCELLED"]
     assert marked(env[MARK]) == []
+
+
+@pytest.mark.slow
+def test_samples_cancelled_in_flight_are_not_errors_and_a_rerun_generates_them(
+    prefect_api, tmp_path
+):
+    from inspect_ai.log import read_eval_log_sample_summaries
+
+    # the first 3 samples are quick; the others are still being generated when the sweep is
+    # stopped (they pause 120 s this time)
+    cfg = _sweep_config(tmp_path, "{quick = 3}")
+    trace = tmp_path / "trace"
+    env = cli_env(tmp_path, api_url=prefect_api, SLOW_TASK_TRACE=str(trace))
+    db = tmp_path / "w.duckdb"
+    proc = start_gradebook("sweep", str(cfg), env={**env, "SLOW_TASK_HOLD": "120"}, cwd=tmp_path)
+    try:
+        wait_for(
+            lambda: trace.exists() and len(trace.read_text().splitlines()) >= 3,
+            180,
+            "the first samples to be generated",
+        )
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    with Warehouse(db).read() as con:
+        ((run_id, log, n_errors),) = con.execute(
+            "SELECT run_id, log_path, n_errors FROM runs WHERE status = 'cancelled'"
+        ).fetchall()
+        stored = {sid for (sid,) in con.execute("SELECT sample_id FROM samples").fetchall()}
+    # the log holds the samples that were in flight, with the cancellation as their error
+    cancelled = {
+        str(s.id)
+        for s in read_eval_log_sample_summaries(log)
+        if s.error is not None and s.error.startswith("CancelledError(")
+    }
+    assert cancelled, "some samples were in flight when the sweep was stopped"
+    # not generated: not stored, so neither errors nor samples of the run
+    assert n_errors == 0 and not cancelled & stored and stored
+    row = next(ln for ln in out.splitlines() if "│ slow " in ln)
+    assert [c.strip() for c in row.split("│")][5:7] == [str(len(stored)), "0"], out  # n, err
+
+    scored = gradebook("score", log, "--db", str(db), env=env, preload=("quick_v",))
+    assert scored.returncode == 0, scored.stderr
+    with Warehouse(db).read() as con:
+        n_samples, n_error = con.execute(
+            "SELECT n_samples, n_error FROM run_metrics WHERE run_id = ?", [run_id]
+        ).fetchone()
+    assert (n_samples, n_error) == (len(stored), 0)
+    gated = gradebook(
+        "gate", "--run", run_id, "--db", str(db), "--json", "--dry-run", env=env,
+        preload=("quick_v",),
+    )  # fmt: skip
+    (result,) = json.loads(gated.stdout)["runs"]
+    rules = {r["rule"]: r for r in result["results"]}
+    assert rules["max_error_rate"]["passed"] and rules["max_error_rate"]["value"] == 0
+    # what the gate holds against the run is that it was cut short: coverage
+    assert not rules["min_coverage"]["passed"]
+    assert rules["min_coverage"]["detail"].startswith(f"{len(stored)} present / 40 expected")
+
+    again = gradebook("sweep", str(cfg), env=env, cwd=tmp_path)
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    with Warehouse(db).read() as con:
+        regenerated = {
+            sid
+            for (sid,) in con.execute(
+                "SELECT s.sample_id FROM samples s JOIN runs r USING (run_id) "
+                "WHERE r.task = 'slow' AND r.status = 'success' AND s.error IS NULL"
+            ).fetchall()
+        }
+    assert cancelled <= regenerated and len(regenerated) == 40
 
 
 @pytest.mark.slow

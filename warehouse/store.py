@@ -69,6 +69,8 @@ class IngestResult:
 
     `error` is a one-line message when the log was not ingested, or not completely: then
     `bad_samples` names each sample that could not be read (the others were stored).
+    `samples_cancelled`: samples of the log read this time that were cancelled in flight
+    (its eval was stopped): not generated, so not stored (`SampleColumns.skips`).
     """
 
     path: str
@@ -80,6 +82,7 @@ class IngestResult:
     samples_total: int
     error: str | None = None
     bad_samples: tuple[str, ...] = ()
+    samples_cancelled: int = 0
 
     def problems(self) -> list[str]:
         """What to tell the user, one line each: the unreadable samples, then `error`."""
@@ -287,10 +290,13 @@ class Warehouse:
             return IngestResult(path, None, None, None, None, 0, 0, str(exc))
         spec = header.eval
 
+        cancelled = 0
+
         def result(added: int, total: int, error: str | None = None) -> IngestResult:
             return IngestResult(
-                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error
-            )
+                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error,
+                samples_cancelled=cancelled,
+            )  # fmt: skip
 
         # The common re-run: this exact file is in already. Asked on a read-only connection, so
         # a no-op takes no write lock and no transaction; and when the file's stat proves it is
@@ -332,10 +338,11 @@ class Warehouse:
                 path, header, run.run_id, have, batch_size=batch_size, fast=direct_read
             )
             server = logs.server_of(header)
-            for samples, messages, last, batch_bad, recorded in prefetch(
-                (*c.tables(server), c.last, c.bad, c.recorded) for c in batches
+            for samples, messages, last, batch_bad, recorded, batch_cancelled in prefetch(
+                (*c.tables(server), c.last, c.bad, c.recorded, c.cancelled) for c in batches
             ):
                 bad.extend(batch_bad)
+                cancelled += batch_cancelled
                 completes = last and not bad
                 if not samples.num_rows and not completes:
                     continue  # nothing to write (e.g. a damaged copy of a stored log)
@@ -372,8 +379,9 @@ class Warehouse:
                 )
             lines = tuple(b.line(path) for b in bad)
             return IngestResult(
-                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error, lines
-            )
+                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error,
+                lines, cancelled,
+            )  # fmt: skip
         if total is None:
             with self.write() as con:
                 self._upsert_run(con, run, "complete")

@@ -75,9 +75,14 @@ def ingest(
             for line in r.problems():
                 typer.echo(f"error: {line}", err=True)
         else:
+            cancelled = (
+                f"; {r.samples_cancelled} cancelled in flight, not generated"
+                if r.samples_cancelled
+                else ""
+            )
             typer.echo(
                 f"{r.path}: run {r.run_id} {r.task} {r.model} [{r.status}] "
-                f"+{r.samples_added} samples ({r.samples_total} stored)"
+                f"+{r.samples_added} samples ({r.samples_total} stored{cancelled})"
             )
     if failed:
         raise typer.Exit(2)
