@@ -28,7 +28,7 @@ from flows.rescore_plan import (
     record_current,
 )
 from flows.runtime.console import console
-from flows.runtime.interrupts import stop_on_signals, stop_signal
+from flows.runtime.interrupts import finished_result, stop_on_signals, stop_signal
 from flows.runtime.run_owner import record_owner
 from flows.score import RunScore, ScoreOptions, ScoringStopped, score_runs, stop_line, stopped_run
 from warehouse.commands import command
@@ -218,12 +218,7 @@ def run_rescore(warehouse: str = "gradebook.duckdb", **options: Any) -> list[Res
     """Run `rescore_flow` and return its plans, also when a signal stopped it (the flow run
     then ends Cancelled; a plan's `stopped` and `left` say so); other failures raise as the
     flow did."""
-    state = rescore_flow(warehouse, **options, return_state=True)
-    if state.is_cancelled():
-        data = state.result(raise_on_failure=False)
-        if isinstance(data, list):
-            return data
-    return state.result()
+    return finished_result(rescore_flow(warehouse, **options, return_state=True), list)
 
 
 @dataclass

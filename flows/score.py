@@ -55,6 +55,7 @@ from flows.grading_pool import (
 )
 from flows.runtime.console import progress_bar
 from flows.runtime.interrupts import (
+    finished_result,
     interruptible,
     say_stopping,
     signal_name,
@@ -1093,9 +1094,6 @@ def run_score(
     """Run `score_flow` and return its summaries, also when a signal stopped it (the flow run
     then ends Cancelled, and `.stopped` says which signal); other failures raise as the flow
     did."""
-    state = score_flow(logs, warehouse, **options, return_state=True)
-    if state.is_cancelled():
-        data = state.result(raise_on_failure=False)
-        if isinstance(data, ScoreSummaries):
-            return data
-    return state.result()
+    return finished_result(
+        score_flow(logs, warehouse, **options, return_state=True), ScoreSummaries
+    )

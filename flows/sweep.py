@@ -18,7 +18,13 @@ from prefect.states import Cancelled
 from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, generate_models
-from flows.runtime.interrupts import exit_code, signal_name, stop_on_signals, stop_signal
+from flows.runtime.interrupts import (
+    exit_code,
+    finished_result,
+    signal_name,
+    stop_on_signals,
+    stop_signal,
+)
 from flows.runtime.run_owner import record_owner
 from flows.score import (
     GradingPool,
@@ -339,9 +345,4 @@ def sweep_flow(
 def run_sweep(config: SweepConfig | str, **options: Any) -> SweepResult:
     """Run `sweep_flow` and return its result, also when a signal stopped it (the flow run
     then ends Cancelled, with the partial result); other failures raise as the flow did."""
-    state = sweep_flow(config, **options, return_state=True)
-    if state.is_cancelled():
-        data = state.result(raise_on_failure=False)
-        if isinstance(data, SweepResult):
-            return data
-    return state.result()
+    return finished_result(sweep_flow(config, **options, return_state=True), SweepResult)

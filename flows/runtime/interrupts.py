@@ -26,10 +26,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "during_eval",
     "exit_code",
+    "finished_result",
     "interruptible",
     "note_stop",
     "say_stopping",
@@ -206,3 +210,14 @@ def during_eval() -> Iterator[None]:
     """
     with _handlers({signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _term_during_eval}):
         yield
+
+
+def finished_result(state: Any, kind: type[T]) -> T:
+    """What a flow run that ended in `state` (a Prefect State, from `flow(..., return_state=
+    True)`) hands back: its result, also when a stop ended it Cancelled with a result of `kind`
+    as its data; any other failure raises as the flow did."""
+    if state.is_cancelled():
+        data = state.result(raise_on_failure=False)
+        if isinstance(data, kind):
+            return data
+    return state.result()
