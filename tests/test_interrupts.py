@@ -252,8 +252,10 @@ def test_a_second_ctrl_c_exits_at_once(prefect_api, tmp_path):
 
 @pytest.fixture
 def slow_stage(tmp_path):
-    """A 1,000-sample log whose verifier (slow_v) takes a few seconds in all, and its db."""
-    write_verifier(tmp_path, "slow_v", delay_s=0.01)
+    """A 1,000-sample log whose verifier (slow_v) takes 10 s a chunk, and its db: the chunks in
+    flight when the first scores are written take longer than a stop waits for them, so a
+    stop then leaves samples to grade."""
+    write_verifier(tmp_path, "slow_v", delay_s=0.04)
     log = make_log(tmp_path / "logs", 1000, verifiers=["slow_v"])
     return log, tmp_path / "w.duckdb"
 
