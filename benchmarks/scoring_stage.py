@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
+sys.path.append(str(ROOT / "tests"))  # warehouse_logs: the repeated-epochs log
 
 from _common import Row, emit, stage_args, use_bench_prefect  # noqa: E402
 from _tree_rss import TreeRss  # noqa: E402
@@ -119,7 +119,14 @@ def build_log(n: int) -> Path:
     if path.exists():
         return path
     if n > GENERATED_MAX:
-        return _epochs_log(build_log(GENERATED_MAX), n // GENERATED_MAX, path)
+        from warehouse_logs import repeated_epochs
+
+        template, epochs = build_log(GENERATED_MAX), n // GENERATED_MAX
+        t0 = time.perf_counter()
+        repeated_epochs(template, epochs, path)
+        print(f"wrote {n} samples ({GENERATED_MAX} x {epochs} epochs) in "
+              f"{time.perf_counter() - t0:.0f}s -> {path}")  # fmt: skip
+        return path
     from inspect_ai import eval as inspect_eval
 
     CACHE.mkdir(exist_ok=True)
@@ -141,89 +148,6 @@ def build_log(n: int) -> Path:
     return path
 
 
-def _epochs_log(template: Path, epochs: int, path: Path) -> Path:
-    """`template`'s samples as epochs 1..`epochs` of a new run, written with the recorder
-    Inspect's `eval()` and `write_eval_log` write with, then read back with Inspect's reader."""
-    import asyncio
-
-    from inspect_ai.log import read_eval_log, read_eval_log_sample
-
-    t0 = time.perf_counter()
-    log = read_eval_log(str(template))
-    base = log.samples or []
-    n = len(base) * epochs
-    spec = log.eval.model_copy(
-        update={
-            "eval_id": _uuid(),
-            "run_id": _uuid(),
-            "config": log.eval.config.model_copy(update={"epochs": epochs}),
-        }
-    )
-    update: dict[str, Any] = {"eval": spec, "samples": None, "location": None}
-    if log.results is not None:
-        update["results"] = log.results.model_copy(
-            update={"total_samples": n, "completed_samples": n}
-        )
-    if log.stats is not None:
-        usage = {
-            m: u.model_copy(
-                update={k: getattr(u, k) * epochs
-                        for k in ("input_tokens", "output_tokens", "total_tokens")}
-            )
-            for m, u in log.stats.model_usage.items()
-        }  # fmt: skip
-        update["stats"] = log.stats.model_copy(update={"model_usage": usage})
-    header = log.model_copy(update=update)
-    # shallow copies, made as they are written: messages, output and events are shared
-    samples = (
-        s.model_copy(update={"epoch": epoch, "uuid": _uuid()})
-        for epoch in range(1, epochs + 1)
-        for s in base
-    )
-    tmp = path.with_name(f".{path.stem}.partial.eval")
-    asyncio.run(_record(header, samples, tmp))
-    # Inspect's reader accepts it: the header, and a sample of the last epoch
-    read = read_eval_log(str(tmp), header_only=True)
-    last = read_eval_log_sample(str(tmp), base[-1].id, epochs)
-    if read.eval.config.epochs != epochs or last.output.completion != base[-1].output.completion:
-        raise SystemExit(f"{tmp}: Inspect reads back another log than was written")
-    tmp.replace(path)
-    print(f"wrote {n} samples ({len(base)} x {epochs} epochs) in {time.perf_counter() - t0:.0f}s"
-          f" -> {path}")  # fmt: skip
-    return path
-
-
-def _uuid() -> str:
-    from shortuuid import uuid
-
-    return uuid()
-
-
-async def _record(header: Any, samples: Iterable[Any], path: Path) -> None:
-    """What `write_eval_log` does (Inspect's `.eval` recorder: the zip members, summaries and
-    header that `eval()` writes), for samples that come from a log: already condensed, and
-    each (id, epoch) given once. The recorder's own `log_sample` searches its whole buffer for
-    an earlier record of the same sample on every call, which is quadratic in the samples
-    buffered (hours for 200,000 at once); here they go into its buffer directly, written out
-    every 20,000."""
-    from inspect_ai.log._recorders.eval import EvalRecorder, _BufferedSample
-
-    spec = header.eval
-    recorder = EvalRecorder(str(path.parent))
-    await recorder.log_init(spec, str(path), clean=True)
-    await recorder.log_start(spec, header.plan)
-    (zip_log,) = recorder.data.values()
-    for i, sample in enumerate(samples, 1):
-        zip_log._samples.append(_BufferedSample(sample=sample, summary=sample.summary()))
-        if i % 20_000 == 0:
-            await zip_log.write_buffered_samples()
-    await recorder.log_finish(
-        spec, header.status, header.stats, header.results, header.reductions, header.error,
-        invalidated=header.invalidated, log_updates=header.log_updates,
-        config_updates=header.config_updates,
-    )  # fmt: skip
-
-
 def _read(log: Path) -> tuple[Any, float]:
     """The log as Inspect's reader returns it, and the seconds the read took."""
     from inspect_ai.log import read_eval_log
@@ -235,7 +159,7 @@ def _read(log: Path) -> tuple[Any, float]:
 
 def bare_loop(samples: list[Any], epochs: int = 1) -> tuple[float, int]:
     """`is_correct` over the samples' extracted answers; `epochs`: over each pair that many
-    times (a log built by `_epochs_log` from these: the same pairs, without reading 200,000
+    times (a log built by `repeated_epochs` from these: the same pairs, without reading 200,000
     samples through Inspect's models first)."""
     from scorers.math import is_correct
     from scorers.math._extract import DEFAULT_PATTERNS, extract_answer

@@ -48,9 +48,12 @@ class GenerationResult:
         run_id: Inspect's eval_id of the log (the warehouse's run_id).
         status: the log's status ("success", "error", "cancelled", ...), or "not started" for
             a pair a stopped sweep never reached.
-        samples: samples in the log.
+        samples: samples generated (in the log, less those cancelled in flight).
         errored: samples whose generation failed after retries (kept in the log).
         error: the task-level error, if the whole task failed.
+        cancelled: samples in flight when the eval was cancelled: in the log with the
+            cancellation as their error, but not generated, not errored, and not stored in the
+            warehouse (warehouse.error_text.is_cancellation); a re-run generates them.
     """
 
     model: str
@@ -61,6 +64,7 @@ class GenerationResult:
     samples: int
     errored: int
     error: str | None = None
+    cancelled: int = 0
 
 
 def _model(cfg: ModelConfig) -> Any:
@@ -204,6 +208,7 @@ def _cancelled(
             summaries = read_eval_log_sample_summaries(str(path))
         except Exception:  # noqa: S112 - a log cut short by the stop: nothing to report on
             continue
+        generated, errored, cancelled = _counts([s.error for s in summaries])  # messages
         results.append(
             GenerationResult(
                 model=model,
@@ -211,16 +216,27 @@ def _cancelled(
                 log=str(path),
                 run_id=header.eval.eval_id,
                 status=header.status,
-                samples=len(summaries),
-                errored=sum(1 for s in summaries if s.error is not None),
+                samples=generated,
+                errored=errored,
+                cancelled=cancelled,
             )
         )
     return results
 
 
+def _counts(errors: list[str | None]) -> tuple[int, int, int]:
+    """(generated, errored, cancelled) of samples with these error messages (None: no
+    error): one cancelled in flight was not generated."""
+    from warehouse.error_text import is_cancellation
+
+    cancelled = sum(1 for e in errors if is_cancellation(e))
+    errored = sum(1 for e in errors if e is not None) - cancelled
+    return len(errors) - cancelled, errored, cancelled
+
+
 def _result(model: str, task_label: str, log: Any) -> GenerationResult:
     samples = log.samples or []
-    errored = sum(1 for s in samples if s.error is not None)
+    generated, errored, cancelled = _counts([s.error.message if s.error else None for s in samples])
     error = None
     if log.error is not None:
         from warehouse.error_text import readable_error
@@ -233,9 +249,10 @@ def _result(model: str, task_label: str, log: Any) -> GenerationResult:
         log=log.location or None,
         run_id=log.eval.eval_id,
         status=log.status,
-        samples=len(samples),
+        samples=generated,
         errored=errored,
         error=error,
+        cancelled=cancelled,
     )
 
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.async_grading import ASYNC_DEPTH, Job, grade_now, is_async, serve
+from flows.runtime.interrupts import stop_fd, stop_signal
 from scorers.grade import Grade, SampleView, unscored
 from scorers.workers.zygote import (
     ForkedProcess,
@@ -80,6 +81,10 @@ ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
+# A stop (Ctrl-C, SIGTERM) hands out no more chunks and waits this long for the chunks in
+# flight: a fast verifier's come back and are written; a slow one's (a judge's) are dropped,
+# left ungraded for the next stage, so the stop does not wait on them.
+STOP_GRACE_S = 2.0
 
 
 class _SampleTimeout(Exception):
@@ -599,10 +604,13 @@ class GradingPool:
                 self._procs.append(_Worker(self._preload, broker, zygote))
 
     def _await_workers(self) -> None:
-        """Wait for the warm zygote's boot (its thread forks the workers), then top up."""
+        """Wait for the warm zygote's boot (its thread forks the workers), then top up; a stop
+        meanwhile raises KeyboardInterrupt (the boot takes seconds: nothing waits for it)."""
         boot = self._warm_boot
-        if boot is not None:
-            boot.join()
+        while boot is not None and boot.is_alive():
+            if stop_signal() is not None:
+                raise KeyboardInterrupt
+            boot.join(0.1)
         with self._lock:
             while len(self._procs) < self.workers:
                 self._procs.append(_Worker(self._preload, self._broker, self._warm_zygote))
@@ -639,9 +647,16 @@ class GradingPool:
         A chunk whose worker died, or that the worker could not run (the verifier does not
         unpickle there), gets `failed_rows`; the pool replaces a dead worker and goes on.
 
+        A stop (`flows.runtime.interrupts`: Ctrl-C, SIGTERM) hands out no more chunks, waits up
+        to STOP_GRACE_S for the chunks in flight (each goes to `done` as it comes), stops the
+        workers and raises KeyboardInterrupt: the chunks not handed to `done` were not graded
+        (a chunk whose worker died after the stop, killed with it, is one of them).
+
         Returns:
             The indices of the chunks graded by other code than `expect` (empty without it).
         """
+        if stop_signal() is not None:
+            raise KeyboardInterrupt
         module = getattr(grade, "__module__", None)
         self.start([module] if module else [])
         self._await_workers()
@@ -649,17 +664,34 @@ class GradingPool:
         job_verifier = verifier if expect is not None else None
         # an async grade's worker grades its chunks side by side: it needs more in hand
         depth = max(self.depth, ASYNC_DEPTH) if is_async(grade) else self.depth
+        stopping = stop_fd()
+        until: float | None = None  # once a stop came: how long the chunks in flight may take
         try:
-            for w in list(self._procs):
-                self._fill(w, (grade, job_verifier), timeout_s, jobs, depth)
+            if stop_signal() is None:
+                for w in list(self._procs):
+                    self._fill(w, (grade, job_verifier), timeout_s, jobs, depth)
             while busy := {w.conn: w for w in self._procs if w.jobs}:
-                for conn in wait(list(busy)):
-                    w = busy[conn]  # type: ignore[index]
+                if until is None and stop_signal() is not None:
+                    until = time.monotonic() + STOP_GRACE_S
+                if until is None:
+                    ready = wait([*busy, stopping])
+                else:
+                    ready = wait(list(busy), timeout=max(0.0, until - time.monotonic()))
+                    if not ready:
+                        break  # the grace is over: the chunks still out are dropped
+                for conn in ready:
+                    w = busy.get(conn)  # type: ignore[call-overload]
+                    if w is None:  # the stop's descriptor
+                        continue
                     try:
                         msg = w.conn.recv()
                     except (EOFError, OSError) as exc:
-                        why = f"scoring worker died (exit code {w.proc.poll()}): {exc or 'EOF'}"
                         lost, w.jobs = w.jobs, []
+                        if stop_signal() is not None:
+                            # killed with the stage (a signal to the whole group): not the
+                            # verifier's failure; its chunks are left for the next stage
+                            continue
+                        why = f"scoring worker died (exit code {w.proc.poll()}): {exc or 'EOF'}"
                         for job in lost:
                             jobs.finish(job, failed_rows(len(jobs.rows(job)), why))
                         w = self._replace(w)
@@ -680,7 +712,10 @@ class GradingPool:
                             meta = json.dumps({"traceback": msg[3]})
                             row = ("unscored", None, None, why[:300], "verifier_error", meta, 0.0)
                             jobs.finish(job, [row] * len(jobs.rows(job)))
-                    self._fill(w, (grade, job_verifier), timeout_s, jobs, depth)
+                    if stop_signal() is None:
+                        self._fill(w, (grade, job_verifier), timeout_s, jobs, depth)
+            if stop_signal() is not None:
+                raise KeyboardInterrupt
         except BaseException:
             # interrupted mid-map: the workers' state is unknown; start over next time
             self.close(kill=True)

@@ -29,9 +29,10 @@ from flows.rescore_plan import (
     record_current,
 )
 from flows.runtime.console import console
+from flows.runtime.interrupts import finished_result, stop_on_signals, stop_signal
 from flows.runtime.run_names import count, label_run, listed, parameter, tag
 from flows.runtime.run_owner import record_owner
-from flows.score import RunScore, ScoreOptions, score_runs
+from flows.score import RunScore, ScoreOptions, ScoringStopped, score_runs, stop_line, stopped_run
 from warehouse.commands import command
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "rescore",
     "rescore_flow",
     "retry_infrastructure",
+    "run_rescore",
     "watch_verifiers",
 ]
 
@@ -91,18 +93,40 @@ def rescore(
     if dry_run:
         return plans
     record_current(warehouse, plans)
-    for plan in plans:
+    for i, plan in enumerate(plans):
         if not plan.changed:
             continue
-        written = score_runs(
-            warehouse,
-            {r: [plan.scorer] for r in plan.run_ids},
-            opts,
-            retry="all" if retry_unscored else None,
-        )
-        plan.written = written
+        try:
+            plan.written = score_runs(
+                warehouse,
+                {r: [plan.scorer] for r in plan.run_ids},
+                opts,
+                retry="all" if retry_unscored else None,
+            )
+        except ScoringStopped as stop:
+            # what was graded is written: its flips are real; the later verifiers wait
+            plan.written, plan.left, plan.stopped = stop.summaries, stop.left, stop.signum
+            plan.flips = _flips(warehouse, plan)
+            for later in plans[i + 1 :]:
+                if later.changed:
+                    later.left, later.stopped = later.pending, stop.signum
+            return plans
         plan.flips = _flips(warehouse, plan)
     return plans
+
+
+def _stopped(plans: list[RescorePlan]) -> int | None:
+    """The signal that cut the re-score of `plans` short, if one did."""
+    return next((p.stopped for p in plans if p.stopped is not None), None)
+
+
+def rescore_stop_line(plans: list[RescorePlan]) -> str:
+    """What a stopped re-score did, for the terminal (`flows.score.stop_line`)."""
+    written = sum(w.written for p in plans for w in p.written)
+    lefts = [p.left for p in plans if p.stopped is not None]
+    counted = lefts and all(n is not None for n in lefts)
+    left = sum(n for n in lefts if n is not None) if counted else None
+    return stop_line(written, left, "gradebook rescore")
 
 
 def _publish_flips(plans: list[RescorePlan]) -> None:
@@ -200,10 +224,29 @@ def rescore_flow(
     """
     import_verifier_modules(verifier_modules or [], warehouse)
     opts = ScoreOptions(workers=workers, progress=progress)
-    plans = rescore_task(warehouse, scorers, dry_run, opts, retry_unscored)
+    # SIGINT/SIGTERM stop it in order (inside the flow run: Prefect's engine installs its own
+    # SIGTERM handler): what was graded is written and the run ends Cancelled
+    with stop_on_signals():
+        try:
+            plans = rescore_task(warehouse, scorers, dry_run, opts, retry_unscored)
+        except KeyboardInterrupt:
+            signum = stop_signal()
+            if signum is None:
+                raise
+            return stopped_run(signum, "nothing re-scored", [])  # before any grading
+    signum = _stopped(plans)
+    if signum is not None:
+        return stopped_run(signum, rescore_stop_line(plans), plans)
     if not dry_run:
         _label_rescore_run(plans)
     return plans
+
+
+def run_rescore(warehouse: str = "gradebook.duckdb", **options: Any) -> list[RescorePlan]:
+    """Run `rescore_flow` and return its plans, also when a signal stopped it (the flow run
+    then ends Cancelled; a plan's `stopped` and `left` say so); other failures raise as the
+    flow did."""
+    return finished_result(rescore_flow(warehouse, **options, return_state=True), list)
 
 
 @dataclass
@@ -366,10 +409,26 @@ def watch_verifiers(
     if not Path(warehouse).exists():
         return WatchResult([], InfraRetry())
     opts = ScoreOptions(workers=workers, progress=progress)
-    rescored = _rescore_changed(warehouse, opts)
-    # not a task of its own: a task run a minute with nothing to do would fill the UI; the
-    # scores it writes are task runs (write-scores) like any stage's
-    retry = retry_infrastructure(warehouse, opts)
+    # `gradebook serve` stops its runs with SIGTERM: what was graded is written and the run
+    # ends Cancelled (inside the flow run: Prefect's engine installs its own SIGTERM handler)
+    rescored: list[RescorePlan] = []
+    with stop_on_signals():
+        try:
+            rescored = _rescore_changed(warehouse, opts)
+            signum = _stopped(rescored)
+            if signum is not None:
+                result = WatchResult(rescored, InfraRetry())
+                return stopped_run(signum, rescore_stop_line(rescored), result)
+            # not a task of its own: a task run a minute with nothing to do would fill the
+            # UI; the scores it writes are task runs (write-scores) like any stage's
+            retry = retry_infrastructure(warehouse, opts)
+        except KeyboardInterrupt as exc:
+            signum = stop_signal()
+            if signum is None:
+                raise
+            retry = InfraRetry(written=exc.summaries if isinstance(exc, ScoringStopped) else [])
+            line = stop_line(retry.retried, getattr(exc, "left", None), "gradebook rescore")
+            return stopped_run(signum, line, WatchResult(rescored, retry))
     line = retry.summary(warehouse)
     if line:
         console.print(f"verifier watcher: {line}", soft_wrap=True)

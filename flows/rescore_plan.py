@@ -40,6 +40,11 @@ class RescorePlan:
         pending: those samples.
         is_new: the current fingerprint was not registered in the warehouse yet.
         retries: how many of the pending samples are retries of an unscored attempt.
+        written: what the re-score wrote, per (run, verifier).
+        flips: the verdicts that changed (`grade_flips` rows).
+        left: when a stop (SIGINT, SIGTERM) cut the re-score short, the samples it left
+            ungraded (None: it was not stopped, or they were not counted).
+        stopped: the signal that stopped it (None: none did).
     """
 
     scorer: str
@@ -51,6 +56,8 @@ class RescorePlan:
     retries: int = 0
     written: list[RunScore] = field(default_factory=list)
     flips: list[dict[str, Any]] = field(default_factory=list)
+    left: int | None = None
+    stopped: int | None = None
 
     @property
     def changed(self) -> bool:

@@ -17,7 +17,13 @@ one) is never written; the stage grades it again in fresh workers (CODE_PASSES i
 Per-sample fault isolation: a verifier that raises on a sample, or overruns the per-sample time
 limit, makes that sample `unscored` (reason "verifier_error" / "timeout", with a short
 traceback in the row's metadata); the other samples are scored. A sample whose generation
-errored gets a status "error" row without calling the verifier."""
+errored gets a status "error" row without calling the verifier.
+
+A stop (the first Ctrl-C or SIGTERM) hands out no more chunks, waits a moment for the chunks in
+flight (`grading_pool.STOP_GRACE_S`), writes every result graded, says how many, and ends the
+stage with `ScoringStopped`; a flow run it ends is Cancelled. What was not graded has no row, so
+the next stage grades exactly that. A second signal exits at once: a write it cuts short rolls
+back as a whole."""
 
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
+from prefect.states import Cancelled
 
 from flows.grading_pool import (
     DEFAULT_CHUNK,
@@ -47,6 +54,15 @@ from flows.grading_pool import (
     grade_chunk,
 )
 from flows.runtime.console import progress_bar
+from flows.runtime.interrupts import (
+    finished_result,
+    interruptible,
+    say_stopping,
+    signal_name,
+    stop_on_signals,
+    stop_signal,
+    stop_softly,
+)
 from flows.runtime.run_names import count, label_run, listed, parameter, tag
 from flows.runtime.run_owner import record_owner
 from flows.warm_start import (
@@ -72,9 +88,13 @@ __all__ = [
     "CODE_PASSES",
     "CodeChanged",
     "ScoreSummaries",
+    "ScoringStopped",
     "grade_batch",
     "grade_chunk",
+    "run_score",
     "score_flow",
+    "stop_line",
+    "stopped_run",
     "stream_grades",
     "score_runs",
     "scores_table",
@@ -323,7 +343,9 @@ def stream_grades(
     ):
         stale: list[int] = []
         for chunk in chunks:
-            graded = grade_chunk(verifier.grade, samples.rows_at(chunk), opts.sample_timeout_s)
+            # a stop cannot be polled while the verifier runs here: it ends the chunk
+            with interruptible():
+                graded = grade_chunk(verifier.grade, samples.rows_at(chunk), opts.sample_timeout_s)
             if _runs_here(verifier, expect):  # also what it imported while grading
                 emit(chunk, graded)
             else:
@@ -542,6 +564,12 @@ class _BatchWriter:
         self.locked_since: float | None = None
         self._writing: threading.Thread | None = None
         self._failed: BaseException | None = None  # what the last background write raised
+        self.written = 0  # rows this writer wrote
+
+    def in_hand(self) -> int:
+        """Results handed over and not written yet (a write in flight holds its own)."""
+        with self._hand:
+            return len(self.indices)
 
     def __call__(self, part: list[int], graded: list[ResultRow]) -> None:
         self._raise_failure()
@@ -663,6 +691,7 @@ class _BatchWriter:
         if not wrote:
             return
         self.write_s = time.monotonic() - start
+        self.written += written[0]
         # the summary counts what was written; a duplicate written by a concurrent stage is
         # not ours
         run_ids = keys.column("run_id").to_pylist()[: written[0]]
@@ -671,6 +700,26 @@ class _BatchWriter:
             run_ids, attempts, results[: written[0]], strict=True
         ):
             self.summaries[(run_id, self.scorer)].count(status, value, reason, attempt)
+
+
+class ScoringStopped(KeyboardInterrupt):
+    """A stop (SIGINT, SIGTERM) ended the stage once it had written what was graded.
+
+    A KeyboardInterrupt, so that code unaware of it unwinds as from Ctrl-C.
+
+    Attributes:
+        signum: the signal that stopped it.
+        summaries: what the stage wrote, one RunScore per (run, verifier) (`score_runs`).
+        left: samples left ungraded, for the next stage (None: not counted).
+    """
+
+    def __init__(self, signum: int, summaries: list[RunScore], left: int | None) -> None:
+        super().__init__(f"stopped by {signal_name(signum)}")
+        self.signum, self.summaries, self.left = signum, summaries, left
+
+    @property
+    def written(self) -> int:
+        return sum(s.written for s in self.summaries)
 
 
 class _GaveUp(Exception):
@@ -765,11 +814,16 @@ def _score_runs(
     summaries: dict[tuple[str, str], RunScore] = {}
     own_pool = pool is None
     pool = pool or GradingPool(_workers(opts))
+    order = list(by_scorer.items())
+    retries = _Retries(retry, max_attempt, skip_reasons)
     try:
-        with progress_bar() if opts.progress else _null_progress() as progress:
-            for name, run_ids in by_scorer.items():
+        # a stop is polled, not raised: what is graded gets written first
+        with stop_softly(), progress_bar() if opts.progress else _null_progress() as progress:
+            for position, (name, run_ids) in enumerate(order):
                 verifier = get_verifier(name)
                 for code_pass in range(CODE_PASSES):
+                    if stop_signal() is not None:
+                        raise _stop(wh, summaries, None, order[position:], retries)
                     # the files as they are now: what rows are written under, and what every
                     # grading process must have run for its rows to be written
                     fp = fingerprint(verifier)
@@ -803,6 +857,10 @@ def _score_runs(
                         stale = stream_grades(
                             pool, verifier, samples, opts, writer, expect=fp.digest
                         )
+                    except KeyboardInterrupt:
+                        if stop_signal() is None:
+                            raise
+                        raise _stop(wh, summaries, writer, order[position + 1 :], retries) from None
                     finally:
                         writer.settle()
                     writer.flush()
@@ -812,10 +870,60 @@ def _score_runs(
                     pool.close()
                     for i in stale:
                         summaries[(samples.run_id(i), name)].stale += 1
+            if stop_signal() is not None:  # came while the last results were written
+                raise _stop(wh, summaries, None, [], retries)
     finally:
         if own_pool:
             pool.close()
     return list(summaries.values())
+
+
+@dataclass(frozen=True)
+class _Retries:
+    """What a stage grades again besides the samples with no row (`score_runs`' arguments)."""
+
+    retry: RetryScope | None
+    max_attempt: int | None
+    skip_reasons: tuple[str, ...]
+
+
+def _stop(
+    wh: Warehouse,
+    summaries: dict[tuple[str, str], RunScore],
+    writer: _BatchWriter | None,
+    later: list[tuple[str, list[str]]],
+    retries: _Retries,
+) -> ScoringStopped:
+    """A stop came: write what `writer` holds (the grading of the verifier in hand, cut short)
+    and say so, then count what is left (that verifier's samples not written, and those of the
+    verifiers `later` that the stage did not reach) for the exception that ends the stage."""
+    from scorers.identity.fingerprint import fingerprint
+    from warehouse import WarehouseError
+
+    signum = stop_signal()
+    assert signum is not None
+    left: int | None = 0
+    if writer is not None:
+        writer.settle()
+    waiting = writer.in_hand() if writer is not None else 0
+    graded = sum(s.written for s in summaries.values()) + waiting
+    say_stopping(f"writing {waiting:,} graded results, {graded:,} in all")
+    if writer is not None:
+        writer.flush()
+        left = len(writer.samples) - writer.written
+    try:
+        for name, run_ids in later:
+            left += wh.count_to_score(  # type: ignore[operator]
+                name,
+                fingerprint(get_verifier(name)).digest,
+                run_ids=run_ids,
+                retry=retries.retry,
+                max_attempt=retries.max_attempt,
+                skip_reasons=retries.skip_reasons,
+            )
+    except WarehouseError:  # a count is not worth failing the stop for
+        left = None
+    return ScoringStopped(signum, list(summaries.values()), left)
 
 
 def _workers(opts: ScoreOptions) -> int:
@@ -887,12 +995,37 @@ def ingest_task(
 
 
 class ScoreSummaries(list[RunScore]):
-    """What `score_flow` wrote, one RunScore per (run, verifier), and `problems`: what its
-    ingest could not read, one line each (an unreadable log, a damaged sample)."""
+    """What `score_flow` wrote, one RunScore per (run, verifier); `problems`: what its ingest
+    could not read, one line each (an unreadable log, a damaged sample); `stopped`: the signal
+    that stopped it, if one did, and then `left`: the samples it left ungraded (None: not
+    counted)."""
 
-    def __init__(self, summaries: Iterable[RunScore], problems: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        summaries: Iterable[RunScore],
+        problems: Iterable[str] = (),
+        *,
+        stopped: int | None = None,
+        left: int | None = None,
+    ) -> None:
         super().__init__(summaries)
         self.problems = list(problems)
+        self.stopped, self.left = stopped, left
+
+    @property
+    def written(self) -> int:
+        return sum(s.written for s in self)
+
+    def stop_line(self, command: str) -> str:
+        """What a stopped stage did, for the terminal (`stop_line`)."""
+        return stop_line(self.written, self.left, command)
+
+
+def stop_line(written: int, left: int | None, command: str) -> str:
+    """What a stopped stage did, for the terminal: "wrote 33,750 results in all; 66,250
+    samples left for the next `gradebook score`" (`left` None: not counted)."""
+    rest = f"{left:,} samples left for" if left is not None else "what is left is for"
+    return f"wrote {written:,} results in all; {rest} the next `{command}`"
 
 
 def _score_run_name() -> str:
@@ -955,22 +1088,58 @@ def score_flow(
 
     Returns:
         The summaries per (run, verifier); `.problems` names each log or sample the ingest
-        could not read (the readable ones are scored).
+        could not read (the readable ones are scored). A stop (SIGINT, SIGTERM) writes what
+        was graded and ends the run Cancelled, with the summaries (`.stopped`, `.left`) as its
+        data: `run_score` returns them.
     """
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
-    try:
-        # big logs: start the workers first, so their start-up overlaps the ingest
-        if expected_samples(logs) > EARLY_START_CHUNKS * opts.chunk_size:
-            _start_for(pool, verifiers_for(logs, verifiers))
-        plan, ingested = ingest_task(warehouse, logs, verifiers)
-        _label_score_run(ingested, plan)
-        summaries = score_runs(warehouse, plan, opts, pool, retry="all" if retry_unscored else None)
-    finally:
-        pool.close()
+    # SIGINT/SIGTERM stop the stage in order (inside the flow run: Prefect's engine installs its
+    # own SIGTERM handler, which would crash the run and drop what was graded)
+    with stop_on_signals():
+        try:
+            try:
+                # big logs: start the workers first, so their start-up overlaps the ingest
+                if expected_samples(logs) > EARLY_START_CHUNKS * opts.chunk_size:
+                    _start_for(pool, verifiers_for(logs, verifiers))
+                plan, ingested = ingest_task(warehouse, logs, verifiers)
+                _label_score_run(ingested, plan)
+                summaries = score_runs(
+                    warehouse, plan, opts, pool, retry="all" if retry_unscored else None
+                )
+            finally:
+                pool.close()
+        except KeyboardInterrupt as exc:
+            signum = stop_signal()
+            if signum is None:
+                raise
+            # a stop before grading (ingest, the workers' start) has graded nothing
+            done = (
+                ScoreSummaries(exc.summaries, stopped=signum, left=exc.left)
+                if isinstance(exc, ScoringStopped)
+                else ScoreSummaries([], stopped=signum)
+            )
+            return stopped_run(signum, done.stop_line("gradebook score"), done)
     problems = [line for r in ingested for line in r.problems()]
     if scored_log_dir:
         from flows.scored_log import write_scored_logs
 
         write_scored_logs(warehouse, logs, Path(scored_log_dir), problems)
     return ScoreSummaries(summaries, problems)
+
+
+def stopped_run(signum: int, line: str, result: Any) -> Any:
+    """The state a flow run ends in when a stop ended its stage: Cancelled, its message the
+    stop's `line` (`stop_line`), with `result` (what `run_score` and the like hand back)."""
+    return Cancelled(message=f"stopped by {signal_name(signum)}: {line}", data=result)
+
+
+def run_score(
+    logs: list[str], warehouse: str = "gradebook.duckdb", **options: Any
+) -> ScoreSummaries:
+    """Run `score_flow` and return its summaries, also when a signal stopped it (the flow run
+    then ends Cancelled, and `.stopped` says which signal); other failures raise as the flow
+    did."""
+    return finished_result(
+        score_flow(logs, warehouse, **options, return_state=True), ScoreSummaries
+    )

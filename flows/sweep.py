@@ -18,13 +18,20 @@ from prefect.states import Cancelled
 from flows.config import SweepConfig, load_config
 from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, config_tags, config_title, generate_models
-from flows.runtime.interrupts import exit_code, signal_name, stop_on_signals, stop_signal
+from flows.runtime.interrupts import (
+    exit_code,
+    finished_result,
+    signal_name,
+    stop_on_signals,
+    stop_signal,
+)
 from flows.runtime.run_names import label_run, parameter
 from flows.runtime.run_owner import record_owner
 from flows.score import (
     GradingPool,
     RunScore,
     ScoreOptions,
+    ScoringStopped,
     ingest_task,
     score_runs,
     scoring_pool,
@@ -101,8 +108,8 @@ def _generate_and_score(
     """The embedded stages: generate, ingest, score (and the retry pass), in this process.
 
     A stop (SIGINT, SIGTERM: flows.runtime.interrupts) cancels the eval in flight; what was generated,
-    cancelled logs included, is still ingested, and scoring is skipped (or ends where it was:
-    the scores written stay).
+    cancelled logs included, is still ingested, and scoring is skipped (or, once it has begun,
+    stops handing out chunks and writes what was graded: `flows.score.ScoringStopped`).
     """
     names = sorted({n for t in cfg.tasks for n in task_verifier_names(t, cfg.model_roles)})
     loaded = current_fingerprints(names)
@@ -135,9 +142,11 @@ def _generate_and_score(
         try:
             scores = score_runs(cfg.warehouse, plan, opts, pool)
             scores += retry_pass(cfg.warehouse, scores, opts, pool)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             if stop_signal() is None:
                 raise
+            if isinstance(exc, ScoringStopped):  # what it graded is written
+                scores += exc.summaries
     finally:
         pool.close()
     return generations, plan, scores
@@ -342,9 +351,4 @@ def sweep_flow(
 def run_sweep(config: SweepConfig | str, **options: Any) -> SweepResult:
     """Run `sweep_flow` and return its result, also when a signal stopped it (the flow run
     then ends Cancelled, with the partial result); other failures raise as the flow did."""
-    state = sweep_flow(config, **options, return_state=True)
-    if state.is_cancelled():
-        data = state.result(raise_on_failure=False)
-        if isinstance(data, SweepResult):
-            return data
-    return state.result()
+    return finished_result(sweep_flow(config, **options, return_state=True), SweepResult)

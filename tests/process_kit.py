@@ -8,10 +8,12 @@ logs, environments, /proc (tests/cli_kit.py runs it as a user's shell would).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +24,13 @@ import flows_kit
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 MARK = "GRADEBOOK_TEST_MARK"
+# the line a stopped scoring stage prints (a regex; format it with the signal's name and
+# "Ctrl-C again" or "again"): "gradebook: SIGINT: stopping: writing 3,250 graded results,
+# 11,000 in all (Ctrl-C again to exit at once)"
+STOP_LINE = (
+    r"gradebook: {sig}: stopping: writing (?P<writing>[\d,]+) graded results, "
+    r"(?P<all>[\d,]+) in all \({again} to exit at once\)"
+)
 
 
 def make_log(
@@ -138,18 +147,25 @@ def busy_loops(n: int) -> list[subprocess.Popen]:
 
 SLOW_VERIFIER = textwrap.dedent(
     '''
-    """{name}: the last word equals the target; DELAY_S per sample (a long stage to stop)."""
+    """{name}: the last word equals the target; DELAY_S per sample (a long stage to stop).
+    With GRADEBOOK_TEST_TRACE set, each grading process appends a byte to that file per
+    sample graded: how far a stage got, seen from outside it."""
+    import os
     import time
 
     from scorers.grade import SampleView, scored
     from scorers.registry import Verifier, register
 
     DELAY_S = {delay!r}
+    _TRACE = os.environ.get("GRADEBOOK_TEST_TRACE")
+    _FD = os.open(_TRACE, os.O_WRONLY | os.O_APPEND | os.O_CREAT) if _TRACE else None
 
 
     def grade(view: SampleView):
         if DELAY_S:
             time.sleep(DELAY_S)
+        if _FD is not None:
+            os.write(_FD, b".")
         words = view.completion.split()
         answer = words[-1] if words else None
         ok = answer == view.targets[0]
@@ -168,3 +184,53 @@ def write_verifier(directory: Path, name: str, delay_s: float = 0.0) -> Path:
     path = directory / f"{name}.py"
     path.write_text(SLOW_VERIFIER.format(name=name, delay=delay_s))
     return path
+
+
+class Lines:
+    """Collects a pipe's lines in a thread, so a test can wait for one while the process runs."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)
+        return "\n".join(self.lines)
+
+
+def score_counts(db: Path, scorer: str) -> tuple[int, int]:
+    """(score rows, distinct samples scored) for `scorer`; (-1, -1) while a writer holds it."""
+    from warehouse import Warehouse, WarehouseLocked, WarehouseMissing
+
+    try:
+        with Warehouse(db, lock_timeout_s=0.2).read() as con:
+            return con.execute(
+                "SELECT count(*), count(DISTINCT (run_id, sample_id, epoch)) FROM scores "
+                "WHERE scorer = ?",
+                [scorer],
+            ).fetchone()
+    except WarehouseMissing:
+        return (0, 0)
+    except WarehouseLocked:
+        return (-1, -1)
+
+
+def flow_run_states(api_url: str, flow: str, where: Path) -> list[str]:
+    """States of the `flow` runs a test started, oldest first: those whose parameters name its
+    directory (the session's server also holds other tests' runs, scheduled ones among them)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+            limit=200,
+        )
+    return [r.state_type.value for r in runs if str(where) in json.dumps(r.parameters)]

@@ -7,26 +7,30 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from process_kit import (
     MARK,
+    STOP_LINE,
     TESTS,
+    Lines,
     cli_env,
+    flow_run_states,
     gradebook,
     make_log,
     marked,
+    score_counts,
     start_gradebook,
     wait_for,
     write_verifier,
 )
 
-from warehouse import Warehouse, WarehouseLocked, WarehouseMissing
+from warehouse import Warehouse
 
 SLOW_TASK = textwrap.dedent(
     '''
@@ -40,9 +44,12 @@ SLOW_TASK = textwrap.dedent(
 
 
     @solver
-    def pause(seconds: float):
+    def pause(seconds: float, quick: int):
         async def solve(state, generate_fn):
-            await asyncio.sleep(seconds)
+            # the first `quick` samples do not pause; the others pause `seconds`, or
+            # $SLOW_TASK_HOLD when set (a run that is slow this time, with the same config)
+            hold = float(os.environ.get("SLOW_TASK_HOLD", seconds))
+            await asyncio.sleep(0 if int(state.sample_id) <= quick else hold)
             with open(os.environ["SLOW_TASK_TRACE"], "a") as f:
                 f.write("sample\\n")
             return state
@@ -51,17 +58,18 @@ SLOW_TASK = textwrap.dedent(
 
 
     @task
-    def slow(n: int = 40, seconds: float = 1.0):
+    def slow(n: int = 40, seconds: float = 1.0, quick: int = 0):
         samples = [
             Sample(input=f"What is {i} + {2 * i}?", target=str(3 * i), id=i)
             for i in range(1, n + 1)
         ]
-        return Task(dataset=MemoryDataset(samples, name="slow"), solver=[pause(seconds), generate()])
+        solver = [pause(seconds, quick), generate()]
+        return Task(dataset=MemoryDataset(samples, name="slow"), solver=solver)
     '''
 )
 
 
-def _sweep_config(tmp: Path) -> Path:
+def _sweep_config(tmp: Path, slow_args: str = "{}") -> Path:
     (tmp / "slow_task.py").write_text(SLOW_TASK)
     write_verifier(tmp, "quick_v")
     cfg = tmp / "stoppable.toml"
@@ -78,6 +86,7 @@ def _sweep_config(tmp: Path) -> Path:
             args_from = "cluster_kit:mock_args"
             [[tasks]]
             task = "{tmp / "slow_task.py"}@slow"
+            args = {slow_args}
             verifiers = ["quick_v"]
             [[tasks]]
             task = "{TESTS / "flows_kit.py"}@arith"
@@ -88,37 +97,6 @@ def _sweep_config(tmp: Path) -> Path:
         )
     )
     return cfg
-
-
-class _Lines:
-    """Collects a pipe's lines in a thread, so a test can wait for one while the process runs."""
-
-    def __init__(self, stream) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream) -> None:
-        for line in stream:
-            self.lines.append(line.rstrip("\n"))
-
-    def text(self) -> str:
-        self._thread.join(timeout=10)
-        return "\n".join(self.lines)
-
-
-def _sweep_run_state(api_url: str, where: Path) -> str:
-    """State of the sweep flow run this test started: the one whose parameters name its directory
-    (the session's server also holds other tests' sweep runs, scheduled ones among them)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-
-    with get_client(sync_client=True) as c:
-        runs = c.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=["sweep"])), limit=200
-        )
-    (state,) = {r.state_type.value for r in runs if str(where) in json.dumps(r.parameters)}
-    return state
 
 
 @pytest.mark.slow
@@ -161,8 +139,82 @@ def test_a_signal_stops_the_whole_sweep_and_keeps_what_was_generated(prefect_api
     with Warehouse(tmp_path / "w.duckdb").read() as con:
         ((status, n),) = con.execute("SELECT status, n_samples FROM runs").fetchall()
     assert status == "cancelled" and n >= 3
-    assert _sweep_run_state(prefect_api, tmp_path) == "CANCELLED"
+    assert flow_run_states(prefect_api, "sweep", tmp_path) == ["CANCELLED"]
     assert marked(env[MARK]) == []
+
+
+@pytest.mark.slow
+def test_samples_cancelled_in_flight_are_not_errors_and_a_rerun_generates_them(
+    prefect_api, tmp_path
+):
+    from inspect_ai.log import read_eval_log_sample_summaries
+
+    # the first 3 samples are quick; the others are still being generated when the sweep is
+    # stopped (they pause 120 s this time)
+    cfg = _sweep_config(tmp_path, "{quick = 3}")
+    trace = tmp_path / "trace"
+    env = cli_env(tmp_path, api_url=prefect_api, SLOW_TASK_TRACE=str(trace))
+    db = tmp_path / "w.duckdb"
+    proc = start_gradebook("sweep", str(cfg), env={**env, "SLOW_TASK_HOLD": "120"}, cwd=tmp_path)
+    try:
+        wait_for(
+            lambda: trace.exists() and len(trace.read_text().splitlines()) >= 3,
+            180,
+            "the first samples to be generated",
+        )
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    with Warehouse(db).read() as con:
+        ((run_id, log, n_errors),) = con.execute(
+            "SELECT run_id, log_path, n_errors FROM runs WHERE status = 'cancelled'"
+        ).fetchall()
+        stored = {sid for (sid,) in con.execute("SELECT sample_id FROM samples").fetchall()}
+    # the log holds the samples that were in flight, with the cancellation as their error
+    cancelled = {
+        str(s.id)
+        for s in read_eval_log_sample_summaries(log)
+        if s.error is not None and s.error.startswith("CancelledError(")
+    }
+    assert cancelled, "some samples were in flight when the sweep was stopped"
+    # not generated: not stored, so neither errors nor samples of the run
+    assert n_errors == 0 and not cancelled & stored and stored
+    row = next(ln for ln in out.splitlines() if "│ slow " in ln)
+    assert [c.strip() for c in row.split("│")][5:7] == [str(len(stored)), "0"], out  # n, err
+
+    scored = gradebook("score", log, "--db", str(db), env=env, preload=("quick_v",))
+    assert scored.returncode == 0, scored.stderr
+    with Warehouse(db).read() as con:
+        n_samples, n_error = con.execute(
+            "SELECT n_samples, n_error FROM run_metrics WHERE run_id = ?", [run_id]
+        ).fetchone()
+    assert (n_samples, n_error) == (len(stored), 0)
+    gated = gradebook(
+        "gate", "--run", run_id, "--db", str(db), "--json", "--dry-run", env=env,
+        preload=("quick_v",),
+    )  # fmt: skip
+    (result,) = json.loads(gated.stdout)["runs"]
+    rules = {r["rule"]: r for r in result["results"]}
+    assert rules["max_error_rate"]["passed"] and rules["max_error_rate"]["value"] == 0
+    # what the gate holds against the run is that it was cut short: coverage
+    assert not rules["min_coverage"]["passed"]
+    assert rules["min_coverage"]["detail"].startswith(f"{len(stored)} present / 40 expected")
+
+    again = gradebook("sweep", str(cfg), env=env, cwd=tmp_path)
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    with Warehouse(db).read() as con:
+        regenerated = {
+            sid
+            for (sid,) in con.execute(
+                "SELECT s.sample_id FROM samples s JOIN runs r USING (run_id) "
+                "WHERE r.task = 'slow' AND r.status = 'success' AND s.error IS NULL"
+            ).fetchall()
+        }
+    assert cancelled <= regenerated and len(regenerated) == 40
 
 
 @pytest.mark.slow
@@ -176,7 +228,7 @@ def test_a_second_ctrl_c_exits_at_once(prefect_api, tmp_path):
     with Warehouse(db).write():
         pass  # the warehouse exists, so a reader can hold it
     proc = start_gradebook("sweep", str(cfg), env=env, cwd=tmp_path)
-    err = _Lines(proc.stderr)
+    err = Lines(proc.stderr)
     try:
         wait_for(lambda: trace.exists(), 180, "the first sample")
         # the first Ctrl-C's clean stop must wait for the warehouse, which a reader holds
@@ -198,25 +250,12 @@ def test_a_second_ctrl_c_exits_at_once(prefect_api, tmp_path):
     wait_for(lambda: marked(env[MARK]) == [], 10, "the command's children to exit")
 
 
-def _scores(db: Path, scorer: str) -> tuple[int, int]:
-    """(score rows, distinct samples scored) for `scorer`; (-1, -1) while a writer holds it."""
-    try:
-        with Warehouse(db, lock_timeout_s=0.2).read() as con:
-            return con.execute(
-                "SELECT count(*), count(DISTINCT (run_id, sample_id, epoch)) FROM scores "
-                "WHERE scorer = ?",
-                [scorer],
-            ).fetchone()
-    except WarehouseMissing:
-        return (0, 0)
-    except WarehouseLocked:
-        return (-1, -1)
-
-
 @pytest.fixture
 def slow_stage(tmp_path):
-    """A 1,000-sample log whose verifier (slow_v) takes a few seconds in all, and its db."""
-    write_verifier(tmp_path, "slow_v", delay_s=0.01)
+    """A 1,000-sample log whose verifier (slow_v) takes 10 s a chunk, and its db: the chunks in
+    flight when the first scores are written take longer than a stop waits for them, so a
+    stop then leaves samples to grade."""
+    write_verifier(tmp_path, "slow_v", delay_s=0.04)
     log = make_log(tmp_path / "logs", 1000, verifiers=["slow_v"])
     return log, tmp_path / "w.duckdb"
 
@@ -230,7 +269,7 @@ def test_ctrl_c_on_score_is_one_line_and_a_rerun_scores_every_sample_once(
     args = ("score", str(log), "--db", str(db), "--workers", "2")
     proc = start_gradebook(*args, env=env, preload=("slow_v",))
     try:
-        wait_for(lambda: _scores(db, "slow_v")[0] > 0, 180, "the first scores to be written")
+        wait_for(lambda: score_counts(db, "slow_v")[0] > 0, 180, "the first scores to be written")
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
         out, err = proc.communicate(timeout=60)
     finally:
@@ -238,17 +277,18 @@ def test_ctrl_c_on_score_is_one_line_and_a_rerun_scores_every_sample_once(
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130
     assert "Traceback" not in err, err
-    assert [ln for ln in err.splitlines() if ln.strip()] == [
-        "gradebook: SIGINT: stopping (again to exit at once)"
-    ]
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    stop = re.fullmatch(STOP_LINE.format(sig="SIGINT", again="Ctrl-C again"), line)
+    assert stop, line
     wait_for(lambda: marked(env[MARK]) == [], 10, "the grading workers and zygotes to exit")
-    written, _ = _scores(db, "slow_v")
+    written, _ = score_counts(db, "slow_v")
     assert 0 < written < 1000, "interrupted mid-stage"
+    assert written == int(stop["all"].replace(",", ""))  # what it said it kept
 
     again = gradebook(*args, env=env, preload=("slow_v",))
 
     assert again.returncode == 0, again.stderr
-    assert _scores(db, "slow_v") == (1000, 1000)  # every sample once: none lost, none doubled
+    assert score_counts(db, "slow_v") == (1000, 1000)  # every sample once: none lost, none doubled
 
 
 @pytest.fixture(scope="module")
@@ -269,8 +309,6 @@ def local_home(tmp_path_factory):
 def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_its_run(
     local_home, tmp_path, slow_stage, sig
 ):
-    import json
-
     log, db = slow_stage
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()
@@ -285,7 +323,7 @@ def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_i
     proc = start_gradebook(*args, env=env, preload=("slow_v",))
     server_pid = None
     try:
-        wait_for(lambda: _scores(db, "slow_v")[0] > 0, 240, "the first scores to be written")
+        wait_for(lambda: score_counts(db, "slow_v")[0] > 0, 240, "the first scores to be written")
         proc.send_signal(sig)
         proc.communicate(timeout=60)
         assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
@@ -303,12 +341,13 @@ def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_i
         again = gradebook(*args, env=env, preload=("slow_v",))
 
         assert again.returncode == 0, again.stderr
-        assert _scores(db, "slow_v") == (1000, 1000)
-        # the killed run is not left Running: Prefect's SIGTERM handling crashes it itself;
-        # after a SIGKILL the next command (the re-run) finds its process gone and marks it
+        assert score_counts(db, "slow_v") == (1000, 1000)
+        # the killed run is not left Running: SIGTERM stops it in order (Cancelled); after a
+        # SIGKILL the next command (the re-run) finds its process gone and marks it Crashed
         api_url = f"http://127.0.0.1:{json.loads(record.read_text())['port']}/api"
         rerun, killed = _score_runs(api_url)
-        assert (rerun.state_type.value, killed.state_type.value) == ("COMPLETED", "CRASHED")
+        ended = "CRASHED" if sig == signal.SIGKILL else "CANCELLED"
+        assert (rerun.state_type.value, killed.state_type.value) == ("COMPLETED", ended)
         if sig == signal.SIGKILL:
             assert f"its process ({proc.pid} on" in killed.state.message
     finally:

@@ -7,9 +7,10 @@ import struct
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
@@ -78,19 +79,28 @@ def variant(
 
 
 _READER = """
-import select, sys, duckdb
-con = duckdb.connect(sys.argv[1], read_only=True)
+import select, sys, time, duckdb
+deadline = time.monotonic() + 60
+while True:
+    try:
+        con = duckdb.connect(sys.argv[1], read_only=True)
+        break
+    except duckdb.IOException:  # a writer holds it: open as soon as it lets go
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
 print("open", flush=True)
-select.select([sys.stdin], [], [], 20)
+select.select([sys.stdin], [], [], float(sys.argv[2]))
 """
 
 
 @contextmanager
-def reader_holding(db: Path) -> Iterator[subprocess.Popen[str]]:
-    """Another process with a read-only DuckDB connection open on `db` for the block (20 s at
-    most): a writer here must wait for it; a reader need not."""
+def reader_holding(db: Path, seconds: float = 20) -> Iterator[subprocess.Popen[str]]:
+    """Another process with a read-only DuckDB connection open on `db` for the block (`seconds`
+    at most; opened as soon as no writer holds the file): a writer here must wait for it; a
+    reader need not."""
     reader = subprocess.Popen(
-        [sys.executable, "-c", _READER, str(db)],
+        [sys.executable, "-c", _READER, str(db), str(seconds)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -197,3 +207,88 @@ def lie_about_size(archive: Path, member: str, size: int) -> Path:
             return archive
         at += 46 + name_len + extra_len + comment_len
     raise AssertionError(f"{member} is not in {archive}")
+
+
+def repeated_epochs(template: Path, epochs: int, path: Path, *, events: bool = True) -> Path:
+    """`template`'s samples as epochs 1..`epochs` of a new run, written with the recorder
+    Inspect's `eval()` and `write_eval_log` write with, then read back with Inspect's reader:
+    a big log (the same mix of answers) without generating every sample (a mockllm eval costs
+    ~12 ms a sample here). Also benchmarks/scoring_stage.py's.
+
+    `events=False` leaves out the samples' event transcripts (most of a sample's bytes, and
+    nothing ingest or grading reads): the log is written several times faster."""
+    import asyncio
+
+    from inspect_ai.log import read_eval_log, read_eval_log_sample
+
+    log = read_eval_log(str(template))
+    base = log.samples or []
+    n = len(base) * epochs
+    spec = log.eval.model_copy(
+        update={
+            "eval_id": _uuid(),
+            "run_id": _uuid(),
+            "config": log.eval.config.model_copy(update={"epochs": epochs}),
+        }
+    )
+    update: dict[str, Any] = {"eval": spec, "samples": None, "location": None}
+    if log.results is not None:
+        update["results"] = log.results.model_copy(
+            update={"total_samples": n, "completed_samples": n}
+        )
+    if log.stats is not None:
+        usage = {
+            m: u.model_copy(
+                update={k: getattr(u, k) * epochs
+                        for k in ("input_tokens", "output_tokens", "total_tokens")}
+            )
+            for m, u in log.stats.model_usage.items()
+        }  # fmt: skip
+        update["stats"] = log.stats.model_copy(update={"model_usage": usage})
+    header = log.model_copy(update=update)
+    # shallow copies, made as they are written: messages, output and events are shared
+    samples = (
+        s.model_copy(update={"epoch": epoch, "uuid": _uuid(), **({} if events else {"events": []})})
+        for epoch in range(1, epochs + 1)
+        for s in base
+    )
+    tmp = path.with_name(f".{path.stem}.partial.eval")
+    asyncio.run(_record(header, samples, tmp))
+    # Inspect's reader accepts it: the header, and a sample of the last epoch
+    read = read_eval_log(str(tmp), header_only=True)
+    last = read_eval_log_sample(str(tmp), base[-1].id, epochs)
+    if read.eval.config.epochs != epochs or last.output.completion != base[-1].output.completion:
+        raise RuntimeError(f"{tmp}: Inspect reads back another log than was written")
+    tmp.replace(path)
+    return path
+
+
+def _uuid() -> str:
+    from shortuuid import uuid
+
+    return uuid()
+
+
+async def _record(header: Any, samples: Iterable[Any], path: Path) -> None:
+    """What `write_eval_log` does (Inspect's `.eval` recorder: the zip members, summaries and
+    header that `eval()` writes), for samples that come from a log: already condensed, and
+    each (id, epoch) given once. The recorder's own `log_sample` searches its whole buffer for
+    an earlier record of the same sample on every call, which is quadratic in the samples
+    buffered (hours for 200,000 at once); here they go into its buffer directly, written out
+    every 20,000."""
+    from inspect_ai.log._recorders.eval import EvalRecorder, _BufferedSample
+
+    spec = header.eval
+    recorder = EvalRecorder(str(path.parent))
+    await recorder.log_init(spec, str(path), clean=True)
+    await recorder.log_start(spec, header.plan)
+    (zip_log,) = recorder.data.values()
+    for i, sample in enumerate(samples, 1):
+        zip_log._samples.append(_BufferedSample(sample=sample, summary=sample.summary()))
+        if i % 20_000 == 0:
+            await zip_log.write_buffered_samples()
+    await recorder.log_finish(
+        spec, header.status, header.stats, header.results, header.reductions, header.error,
+        invalidated=header.invalidated, log_updates=header.log_updates,
+        config_updates=header.config_updates,
+    )  # fmt: skip

@@ -1,17 +1,21 @@
-"""Generation errors in words a user can act on.
+"""Generation errors in words a user can act on, and the "errors" that are not errors.
 
 Inspect stores a sample's error as `repr()` of the exception that ended it. When the model API
 kept failing, that is tenacity's wrapper, `RetryError(<Future at 0x... raised
 APIConnectionError>)`: it names neither the cause nor the server. The traceback Inspect stores
 beside it holds the whole chain of causes, so the warehouse's `error` column is rebuilt from
 that chain plus the model and server the run talked to. The traceback is stored unchanged.
+
+A sample in flight when its eval was cancelled (Ctrl-C, a stopped sweep, a sibling's failure
+tearing the eval down) is logged with the cancellation as its error: it was not generated, it
+did not fail (`is_cancellation`).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["readable_error"]
+__all__ = ["is_cancellation", "readable_error"]
 
 _WRAPPER = re.compile(r"^RetryError\(<Future at 0x[0-9a-f]+ state=\w+ raised (\w+)>\)$")
 # the separators Python prints between the exceptions of a chain
@@ -20,6 +24,19 @@ _CHAINED = re.compile(
     r"|During handling of the above exception, another exception occurred:)\s*\n\s*\n"
 )
 _LIMIT = 500
+
+
+# How Inspect words a cancelled sample's error: the repr of the event loop's cancellation
+# exception, "CancelledError('Cancelled via cancel scope ...')" (asyncio) or "Cancelled()"
+# (trio). Inspect tells a cancelled sample from a failed one by this prefix too (its sample
+# sources' docs, and inspect_ai._util.error.is_cancellation_message), and words an operator's
+# "error" interrupt as a RuntimeError precisely so that it is not taken for one.
+_CANCELLED = ("CancelledError(", "Cancelled(")
+
+
+def is_cancellation(message: str | None) -> bool:
+    """Whether a sample's stored error is its cancellation (not generated, not an error)."""
+    return message is not None and message.startswith(_CANCELLED)
 
 
 def readable_error(message: str | None, traceback: str | None, server: str | None) -> str | None:

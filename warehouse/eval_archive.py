@@ -347,8 +347,12 @@ def member_key(name: str) -> SampleKey | None:
 
 
 def _add_raw_sample(columns: SampleColumns, raw: bytes | bytearray) -> None:
-    """Append one sample's rows, or raise `_NotFast` having appended nothing."""
+    """Append one sample's rows (a cancelled one is only counted: `SampleColumns.skips`), or
+    raise `_NotFast` having appended nothing."""
     s = _decode_sample(raw)
+    message = s.error.get("message") if s.error else None
+    if isinstance(message, str) and columns.skips(message):
+        return
     raw_input, raw_messages, raw_output = bytes(s.input), bytes(s.messages), bytes(s.output)
     if raw_output == b"null" or any(
         marker in raw_input or marker in raw_messages for marker in _ATTACHMENT_MARKERS

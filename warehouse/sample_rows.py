@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 from inspect_ai.log import EvalSample
 
-from warehouse.error_text import readable_error
+from warehouse.error_text import is_cancellation, readable_error
 
 SAMPLES_SCHEMA = pa.schema(
     [
@@ -114,12 +114,27 @@ class SampleColumns:
         # the scores the log holds for these samples (warehouse.recorded_scores):
         # (sample_id, epoch, scorer key, Score or its dict, completed_at)
         self.recorded: list[tuple[str, int, str, Any, datetime | None]] = []
+        # samples of this batch cancelled in flight (`skips`): not generated, so not stored
+        self.cancelled = 0
+
+    def skips(self, error_message: str | None) -> bool:
+        """Whether a sample with this error is left out, and counted as cancelled: one in
+        flight when its eval was cancelled was not generated (warehouse.error_text). Not
+        stored, it counts as a sample the run did not generate (coverage), never as an
+        error, and a re-run of the eval generates it."""
+        if not is_cancellation(error_message):
+            return False
+        self.cancelled += 1
+        return True
 
     def __len__(self) -> int:
         return len(self.cols["run_id"])
 
     def add_sample(self, s: EvalSample) -> None:
-        """Append one sample read through Inspect's models (the reference encoding)."""
+        """Append one sample read through Inspect's models (the reference encoding); a
+        sample cancelled in flight is counted instead (`skips`)."""
+        if self.skips(s.error.message if s.error else None):
+            return
         usage = s.model_usage or {}
         output = s.output
         self.add_row(

@@ -70,6 +70,8 @@ class IngestResult:
 
     `error` is a one-line message when the log was not ingested, or not completely: then
     `bad_samples` names each sample that could not be read (the others were stored).
+    `samples_cancelled`: samples of the log read this time that were cancelled in flight
+    (its eval was stopped): not generated, so not stored (`SampleColumns.skips`).
     """
 
     path: str
@@ -81,6 +83,7 @@ class IngestResult:
     samples_total: int
     error: str | None = None
     bad_samples: tuple[str, ...] = ()
+    samples_cancelled: int = 0
 
     def problems(self) -> list[str]:
         """What to tell the user, one line each: the unreadable samples, then `error`."""
@@ -301,10 +304,13 @@ class Warehouse:
             return IngestResult(path, None, None, None, None, 0, 0, str(exc))
         spec = header.eval
 
+        cancelled = 0
+
         def result(added: int, total: int, error: str | None = None) -> IngestResult:
             return IngestResult(
-                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error
-            )
+                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error,
+                samples_cancelled=cancelled,
+            )  # fmt: skip
 
         # The common re-run: this exact file is in already. Asked on a read-only connection, so
         # a no-op takes no write lock and no transaction; and when the file's stat proves it is
@@ -347,10 +353,11 @@ class Warehouse:
                 limits=limits,
             )  # fmt: skip
             server = logs.server_of(header)
-            for samples, messages, last, batch_bad, recorded in prefetch(
-                (*c.tables(server), c.last, c.bad, c.recorded) for c in batches
+            for samples, messages, last, batch_bad, recorded, batch_cancelled in prefetch(
+                (*c.tables(server), c.last, c.bad, c.recorded, c.cancelled) for c in batches
             ):
                 bad.extend(batch_bad)
+                cancelled += batch_cancelled
                 completes = last and not bad
                 if not samples.num_rows and not completes:
                     continue  # nothing to write (e.g. a damaged copy of a stored log)
@@ -397,8 +404,9 @@ class Warehouse:
                 error = f"{path}: {what}; {total} stored, the run stays partial: {fix}"
             lines = tuple(b.line(path) for b in bad)
             return IngestResult(
-                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error, lines
-            )
+                path, spec.eval_id, spec.task, spec.model, header.status, added, total, error,
+                lines, cancelled,
+            )  # fmt: skip
         if total is None:
             with self.write() as con:
                 self._upsert_run(con, run, "complete")
@@ -601,65 +609,34 @@ class Warehouse:
             The samples with no score row for (scorer, digest), and with `retry` the retryable
             ones; `attempt` is the attempt number their grading must be written as.
         """
-        if not self.path.exists():
+        if not self.path.exists() or (run_ids is not None and not run_ids):
             return SAMPLES_TO_SCORE_SCHEMA.empty_table()
-        if run_ids is not None and not run_ids:
-            return SAMPLES_TO_SCORE_SCHEMA.empty_table()
-        params: dict[str, Any] = {"scorer": scorer, "digest": digest}
-        in_runs = ""
-        if run_ids is not None:
-            # composed, not `$runs IS NULL OR ...`: that OR would turn the semi-join into a
-            # mark join over every sample
-            in_runs = "AND {col} IN (SELECT unnest($runs::VARCHAR[]))"
-            params["runs"] = list(run_ids)
-        state_col, runs_join = "NULL::VARCHAR", ""
-        if state:
-            state_col, runs_join = STATE_JSON_SQL, "LEFT JOIN wh.runs r ON r.run_id = s.run_id"
-        if retry is not None:
-            retryable = _retryable_sql(retry, params)
-            if max_attempt is not None:
-                retryable += " AND c.attempt < $max_attempt"
-                params["max_attempt"] = max_attempt
-            if skip_reasons:
-                retryable += " AND NOT list_contains($skip::VARCHAR[], c.reason)"
-                params["skip"] = list(skip_reasons)
-            sql = f"""
-                WITH cur AS (
-                    SELECT run_id, sample_id, epoch, max(attempt) AS attempt,
-                           arg_max(status, attempt) AS status, arg_max(reason, attempt) AS reason,
-                           arg_max(explanation, attempt) AS explanation
-                    FROM wh.scores
-                    WHERE scorer = $scorer AND fingerprint = $digest {in_runs.format(col="run_id")}
-                    GROUP BY run_id, sample_id, epoch
-                )
-                SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
-                       s.metadata::VARCHAR AS metadata, s.error,
-                       (coalesce(c.attempt, 0) + 1)::INTEGER AS attempt, {state_col} AS state
-                FROM wh.samples s
-                LEFT JOIN cur c
-                  ON c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
-                {runs_join}
-                WHERE (c.attempt IS NULL
-                       OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL))
-                  {in_runs.format(col="s.run_id")}
-                ORDER BY s.run_id, s.sample_id, s.epoch
-            """
-        else:
-            sql = f"""
-                SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
-                       s.metadata::VARCHAR AS metadata, s.error, 1::INTEGER AS attempt,
-                       {state_col} AS state
-                FROM wh.samples s {runs_join}
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM wh.scores c
-                    WHERE c.scorer = $scorer AND c.fingerprint = $digest
-                      AND c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
-                ) {in_runs.format(col="s.run_id")}
-                ORDER BY s.run_id, s.sample_id, s.epoch
-            """
+        sql, params = _to_score_sql(
+            scorer, digest, run_ids, retry, max_attempt, skip_reasons, state
+        )
         with self.read() as con:
             table = con.sql(sql, params=params).to_arrow_table()
         return table.cast(SAMPLES_TO_SCORE_SCHEMA)
+
+    def count_to_score(
+        self,
+        scorer: str,
+        digest: str,
+        *,
+        run_ids: Sequence[str] | None = None,
+        retry: RetryScope | None = None,
+        max_attempt: int | None = None,
+        skip_reasons: Sequence[str] = (),
+    ) -> int:
+        """How many samples `samples_to_score` would return with these arguments, counted
+        without reading them (what a stopped stage leaves to the next one)."""
+        if not self.path.exists() or (run_ids is not None and not run_ids):
+            return 0
+        sql, params = _to_score_sql(
+            scorer, digest, run_ids, retry, max_attempt, skip_reasons, False
+        )
+        with self.read() as con:
+            return int(con.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()[0])
 
     def unscored_to_retry(
         self, scorer: str, digest: str, retry: RetryScope
@@ -802,6 +779,71 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ROLLBACK")
     except duckdb.Error:
         pass  # the failed statement already ended the transaction (or invalidated the file)
+
+
+def _to_score_sql(
+    scorer: str,
+    digest: str,
+    run_ids: Sequence[str] | None,
+    retry: RetryScope | None,
+    max_attempt: int | None,
+    skip_reasons: Sequence[str],
+    state: bool,
+) -> tuple[str, dict[str, Any]]:
+    """The query (and its parameters) of `Warehouse.samples_to_score`."""
+    params: dict[str, Any] = {"scorer": scorer, "digest": digest}
+    in_runs = ""
+    if run_ids is not None:
+        # composed, not `$runs IS NULL OR ...`: that OR would turn the semi-join into a
+        # mark join over every sample
+        in_runs = "AND {col} IN (SELECT unnest($runs::VARCHAR[]))"
+        params["runs"] = list(run_ids)
+    state_col, runs_join = "NULL::VARCHAR", ""
+    if state:
+        state_col, runs_join = STATE_JSON_SQL, "LEFT JOIN wh.runs r ON r.run_id = s.run_id"
+    if retry is not None:
+        retryable = _retryable_sql(retry, params)
+        if max_attempt is not None:
+            retryable += " AND c.attempt < $max_attempt"
+            params["max_attempt"] = max_attempt
+        if skip_reasons:
+            retryable += " AND NOT list_contains($skip::VARCHAR[], c.reason)"
+            params["skip"] = list(skip_reasons)
+        sql = f"""
+            WITH cur AS (
+                SELECT run_id, sample_id, epoch, max(attempt) AS attempt,
+                       arg_max(status, attempt) AS status, arg_max(reason, attempt) AS reason,
+                       arg_max(explanation, attempt) AS explanation
+                FROM wh.scores
+                WHERE scorer = $scorer AND fingerprint = $digest {in_runs.format(col="run_id")}
+                GROUP BY run_id, sample_id, epoch
+            )
+            SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
+                   s.metadata::VARCHAR AS metadata, s.error,
+                   (coalesce(c.attempt, 0) + 1)::INTEGER AS attempt, {state_col} AS state
+            FROM wh.samples s
+            LEFT JOIN cur c
+              ON c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
+            {runs_join}
+            WHERE (c.attempt IS NULL
+                   OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL))
+              {in_runs.format(col="s.run_id")}
+            ORDER BY s.run_id, s.sample_id, s.epoch
+        """
+    else:
+        sql = f"""
+            SELECT s.run_id, s.sample_id, s.epoch, s.completion, s.target,
+                   s.metadata::VARCHAR AS metadata, s.error, 1::INTEGER AS attempt,
+                   {state_col} AS state
+            FROM wh.samples s {runs_join}
+            WHERE NOT EXISTS (
+                SELECT 1 FROM wh.scores c
+                WHERE c.scorer = $scorer AND c.fingerprint = $digest
+                  AND c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
+            ) {in_runs.format(col="s.run_id")}
+            ORDER BY s.run_id, s.sample_id, s.epoch
+        """
+    return sql, params
 
 
 def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:

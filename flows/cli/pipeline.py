@@ -418,7 +418,7 @@ def score(
 
     _check_readable([p for p in logs if p.is_file()], len(logs))
     quiet_prefect(verbose)  # before Prefect is first imported
-    from flows.score import score_flow
+    from flows.score import run_score
     from warehouse.logs import LogReadError, expand_log_paths
 
     try:
@@ -438,11 +438,11 @@ def score(
     try:
         summaries = _run_flow(
             verbose,
-            lambda: score_flow(
+            lambda: run_score(
                 paths,
                 str(db),
-                verifier,
-                workers,
+                verifiers=verifier,
+                workers=workers,
                 scored_log_dir=str(scored_logs) if scored_logs else None,
                 retry_unscored=retry_unscored,
             ),
@@ -457,6 +457,12 @@ def score(
         table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.retried), str(s.scored),
                       str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
     console.print(table)
+    if summaries.stopped is not None:
+        from flows.runtime.interrupts import exit_code
+
+        _print_problems(summaries.problems)
+        console.print(summaries.stop_line("gradebook score"), soft_wrap=True)
+        raise typer.Exit(exit_code(summaries.stopped))
     stale = sum(s.stale for s in summaries)
     if stale:
         console.print(
@@ -464,12 +470,15 @@ def score(
             "were graded; run the command again once it is saved[/yellow]",
             soft_wrap=True,
         )
+    _print_problems(summaries.problems)
+    if summaries.problems:
+        raise typer.Exit(2)
+
+
+def _print_problems(problems: list[str]) -> None:
     # what could not be read, one line each, as `ingest` reports it (the rest was scored)
-    problems = getattr(summaries, "problems", [])
     for line in problems:
         err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
-    if problems:
-        raise typer.Exit(2)
 
 
 def rescore(
@@ -502,13 +511,13 @@ def rescore(
         _no_op(lambda: record_current(db, plans))
     if not dry_run and any(p.changed for p in plans):
         quiet_prefect(verbose)
-        from flows.rescore import rescore_flow
+        from flows.rescore import run_rescore
 
         plans = _run_flow(
             verbose,
-            lambda: rescore_flow(
+            lambda: run_rescore(
                 str(db),
-                scorer,
+                scorers=scorer,
                 verifier_modules=list(verifier_module or []),  # --model-role's judges too
                 workers=workers,
                 retry_unscored=retry_unscored,
@@ -533,6 +542,14 @@ def rescore(
             )
         if len(p.flips) > MAX_FLIPS_SHOWN:
             console.print(f"  … {len(p.flips) - MAX_FLIPS_SHOWN} more: SELECT * FROM grade_flips")
+    from flows.runtime.interrupts import exit_code, stop_signal
+
+    stopped = stop_signal()
+    if stopped is not None:  # a stop cut it short: what was graded is written
+        from flows.rescore import rescore_stop_line
+
+        console.print(rescore_stop_line(plans), soft_wrap=True)
+        raise typer.Exit(exit_code(stopped))
     # verifiers that scored this warehouse but are not loaded here were not checked
     for name, fix in [] if scorer else sorted(unloaded_verifiers(db).items()):
         console.print(f"  not checked: verifier {name!r} is not loaded here: {fix}", soft_wrap=True)

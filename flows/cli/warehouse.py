@@ -81,9 +81,14 @@ def ingest(
             for line in r.problems():  # they quote sample ids and names from the log
                 typer.echo(f"error: {terminal_safe(line)}", err=True)
         else:
+            cancelled = (
+                f"; {r.samples_cancelled} cancelled in flight, not generated"
+                if r.samples_cancelled
+                else ""
+            )
             typer.echo(
                 f"{r.path}: run {r.run_id} {r.task} {r.model} [{r.status}] "
-                f"+{r.samples_added} samples ({r.samples_total} stored)"
+                f"+{r.samples_added} samples ({r.samples_total} stored{cancelled})"
             )
     if failed:
         raise typer.Exit(2)

@@ -9,6 +9,12 @@ so what is in flight unwinds as it does on Ctrl-C -- Inspect writes its log as c
 grading pool closes its workers, an open warehouse transaction rolls back. Code that can finish
 in order (a sweep ingests what was generated) checks `stop_signal()`. A second signal exits the
 process at once with 128 + its number: nothing waits, and what was committed stays committed.
+
+Code that stops better by finishing what is in hand than by unwinding (the scoring stage writes
+the results graded) runs inside `stop_softly()`: there the first signal only asks (it is noted,
+`stop_fd()` becomes readable for a loop that waits on other descriptors, nothing is raised), the
+code says what it does with one `say_stopping()` line and stops; a block inside it that cannot
+poll (a chunk graded in this process) is `interruptible()`.
 """
 
 from __future__ import annotations
@@ -20,18 +26,28 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "during_eval",
     "exit_code",
+    "finished_result",
+    "interruptible",
     "note_stop",
+    "say_stopping",
     "signal_name",
+    "stop_fd",
     "stop_on_signals",
     "stop_signal",
+    "stop_softly",
 ]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _first: list[int] = []  # the signal that asked this process to stop, once one did
+_wake: list[int] = []  # a pipe (read end, write end), written once a stop is noted
+_soft: list[bool] = []  # one entry per `stop_softly()` block the main thread is in
 
 
 def stop_signal() -> int | None:
@@ -48,9 +64,10 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-def note_stop(signum: int) -> None:
-    """Remember that `signum` asked this process to stop, and say so (one line); a second
-    request exits the process at once."""
+def note_stop(signum: int, *, say: bool = True) -> None:
+    """Remember that `signum` asked this process to stop, and say so (one line; `say=False`:
+    the caller says what the stop does, `say_stopping`); a second request exits the process
+    at once."""
     if _first:
         # the second: exit now, from here (no unwinding, no atexit work that could wait)
         try:
@@ -59,12 +76,54 @@ def note_stop(signum: int) -> None:
         finally:
             os._exit(exit_code(signum))
     _first.append(signum)
-    sys.stderr.write(f"gradebook: {signal_name(signum)}: stopping (again to exit at once)\n")
+    if _wake:
+        try:
+            os.write(_wake[1], b"!")
+        except OSError:  # full (it is never read) or closed: readable all the same
+            pass
+    if say:
+        sys.stderr.write(f"gradebook: {signal_name(signum)}: stopping (again to exit at once)\n")
+        sys.stderr.flush()
+
+
+def say_stopping(doing: str) -> None:
+    """The one line of a stop that `stop_softly` noted without a word: what the program does
+    before it exits ("gradebook: SIGINT: stopping: writing 33,750 graded results (Ctrl-C again
+    to exit at once)")."""
+    signum = stop_signal()
+    if signum is None:
+        return
+    again = "Ctrl-C again" if signum == signal.SIGINT else "again"
+    sys.stderr.write(
+        f"gradebook: {signal_name(signum)}: stopping: {doing} ({again} to exit at once)\n"
+    )
     sys.stderr.flush()
+
+
+def stop_fd() -> int:
+    """A file descriptor that is readable once a stop has been noted (and stays so): a loop
+    waiting on other descriptors (the grading pool's workers) waits on it too, to see a stop
+    at once."""
+    if not _wake:
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)  # a signal handler never blocks on it
+        _wake.extend((read_end, write_end))
+        if _first:
+            os.write(write_end, b"!")
+    return _wake[0]
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     note_stop(signum)
+    raise KeyboardInterrupt
+
+
+def _asking(signum: int, frame: FrameType | None) -> None:
+    note_stop(signum, say=False)
+
+
+def _quiet_handler(signum: int, frame: FrameType | None) -> None:
+    note_stop(signum, say=False)
     raise KeyboardInterrupt
 
 
@@ -103,6 +162,42 @@ def stop_on_signals() -> Iterator[None]:
 
 
 @contextmanager
+def stop_softly() -> Iterator[None]:
+    """Inside the block, the first SIGINT or SIGTERM only asks the program to stop: it is
+    noted (`stop_signal()`, `stop_fd()`), nothing is raised and nothing is said; the code polls,
+    says what it does (`say_stopping`) and stops in order. A second signal exits at once.
+
+    For work that stops better by finishing what is in hand (the scoring stage writes what
+    was graded) than by unwinding. Outside the main thread it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stop_fd()  # the pipe exists before a handler may write it
+    with _handlers({s: _asking for s in _SIGNALS}):
+        _soft.append(True)
+        try:
+            yield
+        finally:
+            _soft.pop()
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Inside `stop_softly()`, a block that cannot poll (it runs a verifier in this process):
+    a stop raises KeyboardInterrupt in it, also one noted before the block (raised on entry).
+    The stop is not said here either: the code that catches it says what it does. Outside
+    `stop_softly()` (or the main thread) the block runs as it is."""
+    if not _soft or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with _handlers({s: _quiet_handler for s in _SIGNALS}):
+        if stop_signal() is not None:
+            raise KeyboardInterrupt
+        yield
+
+
+@contextmanager
 def during_eval() -> Iterator[None]:
     """Around an Inspect `eval()` inside `stop_on_signals()`: let asyncio stop it.
 
@@ -115,3 +210,14 @@ def during_eval() -> Iterator[None]:
     """
     with _handlers({signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _term_during_eval}):
         yield
+
+
+def finished_result(state: Any, kind: type[T]) -> T:
+    """What a flow run that ended in `state` (a Prefect State, from `flow(..., return_state=
+    True)`) hands back: its result, also when a stop ended it Cancelled with a result of `kind`
+    as its data; any other failure raises as the flow did."""
+    if state.is_cancelled():
+        data = state.result(raise_on_failure=False)
+        if isinstance(data, kind):
+            return data
+    return state.result()
