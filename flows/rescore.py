@@ -15,6 +15,7 @@ over, up to WATCH_MAX_ATTEMPT attempts per sample.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from flows.runtime.console import console
 from flows.runtime.run_owner import record_owner
 from flows.score import RunScore, ScoreOptions, score_runs
 from warehouse.commands import command
+from warehouse.schema import RECORDED_PREFIX
 
 __all__ = [
     "EVENT_VERIFIER_CHANGED",
@@ -54,17 +56,39 @@ EVENT_VERIFIER_CHANGED = "gradebook.verifier.changed"
 WATCH_MAX_ATTEMPT = 3
 
 
-def _flips(warehouse: str | Path, plan: RescorePlan) -> list[dict[str, Any]]:
+def _flips(warehouse: str | Path, plan: RescorePlan, since: datetime) -> list[dict[str, Any]]:
+    """The grade flips of the samples this pass graded (their current row under the plan's
+    fingerprint was written `since`), against every older verdict: gradebook's own and the
+    scores the logs recorded (`old_fingerprint` starting with RECORDED_PREFIX)."""
     from warehouse import Warehouse
 
     with Warehouse(warehouse).read() as con:
         cur = con.execute(
-            "SELECT * FROM grade_flips WHERE scorer = ? AND new_fingerprint = ? "
-            "AND run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY run_id, sample_id, epoch",
-            [plan.scorer, plan.digest, plan.run_ids],
+            "SELECT f.* FROM grade_flips f SEMI JOIN current_scores c "
+            "  ON c.scorer = f.scorer AND c.run_id = f.run_id AND c.sample_id = f.sample_id "
+            " AND c.epoch = f.epoch AND c.fingerprint = f.new_fingerprint AND c.scored_at >= ? "
+            "WHERE f.scorer = ? AND f.new_fingerprint = ? "
+            "AND f.run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY run_id, sample_id, epoch",
+            [since, plan.scorer, plan.digest, plan.run_ids],
         )
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def _totals(warehouse: str | Path, plan: RescorePlan) -> dict[str, Any]:
+    """Where the plan's runs stand now under its fingerprint (all their samples, not only those
+    this pass graded): scored, unscored, errored, correct, samples."""
+    from warehouse import Warehouse
+
+    with Warehouse(warehouse).read() as con:
+        row = con.execute(
+            "SELECT sum(n_scored), sum(n_unscored + n_pending), sum(n_error), "
+            "sum(round(coalesce(accuracy, 0) * n_scored)), sum(n_samples) FROM run_metrics "
+            "WHERE scorer = ? AND fingerprint = ? AND run_id IN (SELECT unnest(?::VARCHAR[]))",
+            [plan.scorer, plan.digest, plan.run_ids],
+        ).fetchone()
+    keys = ("scored", "unscored", "errored", "correct", "samples")
+    return {k: int(v or 0) for k, v in zip(keys, row or (), strict=False)}
 
 
 def rescore(
@@ -92,6 +116,7 @@ def rescore(
     for plan in plans:
         if not plan.changed:
             continue
+        since = datetime.now(UTC)
         written = score_runs(
             warehouse,
             {r: [plan.scorer] for r in plan.run_ids},
@@ -99,7 +124,10 @@ def rescore(
             retry="all" if retry_unscored else None,
         )
         plan.written = written
-        plan.flips = _flips(warehouse, plan)
+        flips = _flips(warehouse, plan, since)
+        plan.flips = [f for f in flips if not f["old_fingerprint"].startswith(RECORDED_PREFIX)]
+        plan.recorded_flips = [f for f in flips if f["old_fingerprint"].startswith(RECORDED_PREFIX)]
+        plan.totals = _totals(warehouse, plan)
     return plans
 
 
@@ -170,7 +198,8 @@ def rescore_flow(
         workers: scoring worker processes.
         progress: show progress bars.
         retry_unscored: also grade again samples left unscored for a retryable reason
-            (sandbox_unavailable, timeout, verifier_error) under the current fingerprint.
+            (grader_failed, sandbox_unavailable, timeout, verifier_error) under the current
+            fingerprint.
     """
     import_verifier_modules(verifier_modules or [], warehouse)
     opts = ScoreOptions(workers=workers, progress=progress)
