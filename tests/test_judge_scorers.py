@@ -389,3 +389,35 @@ def test_every_way_a_judge_call_fails_is_grader_failed(
         assert second[4] == "grader_failed"
     else:
         assert second[:2] == ("scored", 1.0)
+
+
+def test_a_failing_judge_call_is_one_request_per_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inspect retries a judge call (`config.max_retries`); the OpenAI SDK under it retried
+    each attempt twice more by itself, so "failed after 3 attempts" was 9 requests. A binding
+    as a config or `--model-role` makes it (`RoleModel.to_json`) turns the SDK's retries off."""
+    from flows.config import RoleModel
+    from flows.grading_pool import grade_chunk
+    from scorers.inspect_scorers.grading import InspectGrade
+
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
+    judge = Judge()
+    judge.failing = {1: 500}
+    with scripted_server(judge, models=["j"]) as server:
+        role = RoleModel(model="openai-api/judge/j", base_url=server.base_url,
+                         config={"max_retries": 2, "attempt_timeout": 5}).to_json()  # fmt: skip
+        spec = {"kind": "registry", "scorer": "model_graded_qa", "params": {},
+                "roles": {"grader": role}}  # fmt: skip
+        rows = [
+            (ANSWERS[i], [TARGETS[i]], "{}", str(i),
+             json.dumps({"messages": [], "input": f"Q{i}: what is {QUESTIONS[i]}?",
+                         "model": "openai-api/gen/m", "epoch": 1}))
+            for i in (1, 4)
+        ]  # fmt: skip
+        try:
+            failed, judged = grade_chunk(InspectGrade(json.dumps(spec)), rows, 120.0)
+        finally:
+            judge.recover()
+    attempts = json.loads(failed[5])["judge"]  # Inspect records one call per attempt
+    assert failed[4] == "grader_failed" and "after 3 attempt(s)" in failed[3]
+    assert judge.arrived.count(1) == len(attempts) == 3  # requests == attempts
+    assert judge.arrived.count(4) == 1 and judged[:2] == ("scored", 1.0)
