@@ -28,22 +28,29 @@ def _shared_logs(shared_data: Path) -> list[Path]:
 
 def _held(logs: list[Path]) -> tuple[dict[tuple[str, str, int, str], Any], dict[tuple, float]]:
     """(run_id, sample_id, epoch, scorer) -> the Score each log holds (a log stored twice, in
-    two formats, once), and (run_id, scorer) -> the accuracy its results report."""
+    two formats, once), and (run_id, scorer) -> the accuracy its results report. `scorer` is
+    the name gradebook stores it under: the log's key, with the scorer's options when it has
+    any (`model_graded_fact[instructions=...]`), as gradebook's own re-score of it is named."""
     from inspect_ai.log import read_eval_log
+
+    from warehouse.recorded_scores import inspect_names
 
     scores: dict[tuple[str, str, int, str], Any] = {}
     accuracy: dict[tuple, float] = {}
     for path in logs:
         log = read_eval_log(str(path))
+        stored = {key: name for name, key in inspect_names(log).items()}
         for sample in log.samples or []:
-            for name, score in (sample.scores or {}).items():
+            for key, score in (sample.scores or {}).items():
+                name = stored.get(key, key)
                 scores[(log.eval.eval_id, str(sample.id), sample.epoch, name)] = (
                     score,
                     log.eval.packages.get("inspect_ai"),
                 )
         if log.samples and any(s.scores for s in log.samples):
             for result in log.results.scores:
-                accuracy[(log.eval.eval_id, result.name)] = result.metrics["accuracy"].value
+                name = stored.get(result.name, result.name)
+                accuracy[(log.eval.eval_id, name)] = result.metrics["accuracy"].value
     return scores, accuracy
 
 

@@ -338,6 +338,16 @@ def test_score_and_rescore_take_the_judge_as_model_role(
     assert judge.count() == 12
 
 
+def _stored_rows(*questions: int) -> list[tuple]:
+    """The case's samples as a grading worker gets them from the warehouse (SampleRow)."""
+    return [
+        (ANSWERS[i], [TARGETS[i]], "{}", str(i),
+         json.dumps({"messages": [], "input": f"Q{i}: what is {QUESTIONS[i]}?",
+                     "model": "openai-api/gen/m", "epoch": 1}))
+        for i in questions
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "failure, cause",
     [
@@ -370,12 +380,7 @@ def test_every_way_a_judge_call_fails_is_grader_failed(
                                  "args": {"max_retries": 0},
                                  "config": {"max_retries": 1, "attempt_timeout": 1}}},
         }  # fmt: skip
-        rows = [
-            (ANSWERS[i], [TARGETS[i]], "{}", str(i),
-             json.dumps({"messages": [], "input": f"Q{i}: what is {QUESTIONS[i]}?",
-                         "model": "openai-api/gen/m", "epoch": 1}))
-            for i in (1, 4)
-        ]  # fmt: skip
+        rows = _stored_rows(1, 4)
         try:
             results = grade_chunk(InspectGrade(json.dumps(spec)), rows, 30.0)
         finally:
@@ -407,12 +412,7 @@ def test_a_failing_judge_call_is_one_request_per_attempt(monkeypatch: pytest.Mon
                          config={"max_retries": 2, "attempt_timeout": 5}).to_json()  # fmt: skip
         spec = {"kind": "registry", "scorer": "model_graded_qa", "params": {},
                 "roles": {"grader": role}}  # fmt: skip
-        rows = [
-            (ANSWERS[i], [TARGETS[i]], "{}", str(i),
-             json.dumps({"messages": [], "input": f"Q{i}: what is {QUESTIONS[i]}?",
-                         "model": "openai-api/gen/m", "epoch": 1}))
-            for i in (1, 4)
-        ]  # fmt: skip
+        rows = _stored_rows(1, 4)
         try:
             failed, judged = grade_chunk(InspectGrade(json.dumps(spec)), rows, 120.0)
         finally:
@@ -421,3 +421,53 @@ def test_a_failing_judge_call_is_one_request_per_attempt(monkeypatch: pytest.Mon
     assert failed[4] == "grader_failed" and "after 3 attempt(s)" in failed[3]
     assert judge.arrived.count(1) == len(attempts) == 3  # requests == attempts
     assert judge.arrived.count(4) == 1 and judged[:2] == ("scored", 1.0)
+
+
+@pytest.mark.slow
+def test_a_partial_rejudge_reports_its_own_flips_apart_from_the_logs_and_the_runs_totals(
+    prefect_api, tmp_path: Path, servers
+) -> None:
+    """A log Inspect scored at eval time with a lenient judge (every answer C), graded again
+    by gradebook's judge, which fails on sample 1: healing re-judges that one sample. Its summary
+    must not list the other samples' disagreements with the log as this pass's flips, and must
+    say where the whole run stands, not only the one row it wrote."""
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.scorer import model_graded_qa
+    from inspect_ai.solver import generate
+
+    _, judge, judge_server = servers
+    judge.failing = {1: 500}
+    dataset = MemoryDataset(
+        [Sample(id=i, input=f"Q{i}: what is {q}?", target=TARGETS[i]) for i, q in QUESTIONS.items()]
+    )
+    task = Task(dataset=dataset, solver=generate(), scorer=model_graded_qa())
+    [log] = inspect_eval(
+        task, model=kit.scripted([ANSWERS[i] for i in sorted(ANSWERS)]),
+        model_roles={"grader": kit.scripted(["GRADE: C"])},
+        log_dir=str(tmp_path / "logs"), display="none",
+    )  # fmt: skip
+    env = cli_kit.shell_env(tmp_path / "home", api_url=prefect_api)
+    role = json.dumps({"model": "openai-api/judge/j", "base_url": judge_server.base_url,
+                       "config": {"max_retries": 0, "attempt_timeout": 2}})  # fmt: skip
+    scored = cli_kit.gradebook("score", log.location, "--db", "w.duckdb", "--model-role",
+                               f"grader={role}", env=env, cwd=tmp_path)  # fmt: skip
+    assert scored.code == 0, scored.stdout + scored.stderr
+    assert "1 sample unscored (grader_failed 1)" in scored.stdout
+    [heal] = [line.strip() for line in scored.stdout.splitlines() if " rescore " in line]
+    judge.recover()
+
+    healed = cli_kit.run(["/bin/sh", "-c", heal], env, tmp_path)
+    assert healed.code == 0, healed.stdout + healed.stderr
+    lines = healed.stdout.splitlines()
+    [row] = [line for line in lines if line.startswith("│ model_graded_qa")]
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[3:] == ["1", "1", "0", "1"]  # samples, retries, flipped 0, vs log 1
+    assert not [line for line in lines if line.strip().startswith("flip ")]
+    [against_log] = [line for line in lines if line.strip().startswith("vs log ")]
+    assert "#1.1: 1.0 -> 0.0" in against_log  # the log said C; the judge, back, says I
+    assert (
+        "model_graded_qa: this pass graded 1 sample(s) (1 scored, 0 not); its 1 run now: "
+        "6 scored, 0 unscored, 0 errored of 6, accuracy 66.7% (strict 66.7%)"
+    ) in healed.stdout
