@@ -82,8 +82,8 @@ def write_scored_logs(
             if scores:
                 sample.scores = {**(sample.scores or {}), **scores}
         if by_sample:
-            ours = {shown[n]: n for n in sorted(parents) if n in shown}
-            _recompute_results(log, ours)
+            used = {name for scores in by_sample.values() for name in scores}
+            _recompute_results(log, {shown[n]: n for n in sorted(parents) if shown[n] in used})
         target = out_dir / Path(str(path)).name
         write_eval_log(log, str(target))
         written.append(target)

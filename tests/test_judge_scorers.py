@@ -450,7 +450,7 @@ def test_a_partial_rejudge_reports_its_own_flips_apart_from_the_logs_and_the_run
     )  # fmt: skip
     env = cli_kit.shell_env(tmp_path / "home", api_url=prefect_api)
     role = json.dumps({"model": "openai-api/judge/j", "base_url": judge_server.base_url,
-                       "config": {"max_retries": 0, "attempt_timeout": 2}})  # fmt: skip
+                       "config": {"max_retries": 0, "attempt_timeout": 60}})  # fmt: skip
     scored = cli_kit.gradebook("score", log.location, "--db", "w.duckdb", "--model-role",
                                f"grader={role}", env=env, cwd=tmp_path)  # fmt: skip
     assert scored.code == 0, scored.stdout + scored.stderr
@@ -460,6 +460,7 @@ def test_a_partial_rejudge_reports_its_own_flips_apart_from_the_logs_and_the_run
 
     healed = cli_kit.run(["/bin/sh", "-c", heal], env, tmp_path)
     assert healed.code == 0, healed.stdout + healed.stderr
+    assert judge.arrived.count(1) == 2, (scored.stdout, healed.stdout)  # failed, then judged
     lines = healed.stdout.splitlines()
     [row] = [line for line in lines if line.startswith("│ model_graded_qa")]
     cells = [c.strip() for c in row.strip("│").split("│")]
