@@ -130,7 +130,10 @@ def _why_not(spec: Mapping[str, Any], sealed: bool) -> str | None:
     kind = spec.get("kind")
     where = str(spec.get("file") or "")
     if kind in ("file", "module") and not sealed:
-        return f"{_flag(spec)} (gradebook imports code a warehouse names only when your own command stored it here)"
+        return (
+            f"{_flag(spec)} (gradebook imports code a warehouse names only when your own "
+            "command stored it here)"
+        )
     if kind in ("file", "module"):
         if not Path(where).is_file():
             return f"its file {where} is gone: {_flag(spec, where='FILE.py')} where it is now"

@@ -204,6 +204,12 @@ def print_heal(db: Path | str, unscored: list[Any], gate: list[str] | None) -> N
         console.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
+def _print_heal_runs(db: Path, left: list[Any]) -> None:
+    """`print_heal`, then the gate of the runs that hold those samples."""
+    runs = [a for run in sorted({u.run_id for u in left}) for a in ("--run", run)]
+    print_heal(db, left, ["gate", "--db", str(db), *runs])
+
+
 def _rule_text(rule: Any) -> str:
     detail = getattr(rule, "detail", None) or getattr(rule, "message", None)
     return str(detail) if detail else str(rule)
@@ -230,8 +236,9 @@ def _with_judges(modules: list[str] | None, roles: list[str], entries: list) -> 
 
 def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> None:
     """Import the verifier modules the user named (and rebuild every verifier the warehouse
-    stores a spec of, flows.stored_verifiers), then check every verifier asked for is loaded or is an Inspect
-    scorer spec; a failure is one line that names the module or name and the fix (exit 2)."""
+    stores a spec of, flows.stored_verifiers), then check every verifier asked for is loaded or
+    is an Inspect scorer spec; a failure is one line that names the module or name and the fix
+    (exit 2)."""
     from flows.stored_verifiers import rebuild, unknown_verifiers
     from flows.verifier_modules import VerifierLoadError, load_modules, recorded_modules
     from flows.verifier_specs import names_for_entries
@@ -457,10 +464,8 @@ def score(
         )
     from flows.heal import retryable_unscored
 
-    left = retryable_unscored(db, {s.scorer: s.fingerprint for s in summaries if s.fingerprint},
-                              {s.run_id for s in summaries})  # fmt: skip
-    gate_runs = [a for run in sorted({u.run_id for u in left}) for a in ("--run", run)]
-    print_heal(db, left, ["gate", "--db", str(db), *gate_runs])
+    fingerprints = {s.scorer: s.fingerprint for s in summaries if s.fingerprint}
+    _print_heal_runs(db, retryable_unscored(db, fingerprints, {s.run_id for s in summaries}))
     # what could not be read, one line each, as `ingest` reports it (the rest was scored)
     problems = getattr(summaries, "problems", [])
     for line in problems:
@@ -534,9 +539,7 @@ def rescore(
     if not dry_run:
         from flows.heal import retryable_unscored
 
-        left = retryable_unscored(db, {p.scorer: p.digest for p in plans})
-        gate_runs = [a for run in sorted({u.run_id for u in left}) for a in ("--run", run)]
-        print_heal(db, left, ["gate", "--db", str(db), *gate_runs])
+        _print_heal_runs(db, retryable_unscored(db, {p.scorer: p.digest for p in plans}))
 
 
 def _print_flips(plan: Any) -> None:
