@@ -13,12 +13,15 @@ In a config an entry may also be a table `{scorer = "...", params = {...}, name 
 Trust: a log or a warehouse may come from elsewhere, and Inspect's own re-scoring imports the
 task file a log names. Here built-in and installed-package scorers are resolved by registry name
 only, and a file is imported only when the user gave its path (a config, `--verifier`,
-`--verifier-module`, or a task file the user's config names): `resolve(..., trusted=False)`
-refuses a file spec that this process has not already loaded for the user.
+`--verifier-module`, a task file the user's config names, or a spec the user's own command
+stored and sealed, which flows.stored_verifiers resolves as trusted): `resolve(...,
+trusted=False)` refuses a file spec that this process has not already loaded for the user.
 
 A spec becomes a registered `Verifier` (scorers.registry) named like Inspect names the scorer's
 scores in a log (its unqualified registry name: `match`, `aime_scorer`; `inspect_ai/math` for a
-scorer named like one of gradebook's own verifiers), or the spec's `name`. The verifier's
+scorer named like one of gradebook's own verifiers), followed by its params when it has any
+(`match[numeric=true]`: warehouse.recorded_scores.variant_name), or the spec's `name`: one name
+per variant, the same in every command. The verifier's
 fingerprint covers the scorer's code (a file's AST and the project modules it imports, or an
 installed module's AST and its distribution's version), gradebook's TaskState rebuild and
 value conversion (and so the inspect_ai version), and the params.
