@@ -137,7 +137,10 @@ class RoleModel(_Strict):
     Attributes:
         model: an Inspect model string, as for `[[models]]`.
         base_url: the judge's server (else the provider's variable, e.g. `JUDGE_BASE_URL`).
-        args: model args (Inspect's `model_args`).
+        args: model args (Inspect's `model_args`); never a key (`api_key`): the binding is
+            stored with the verifier's spec, so a key stays in the environment variable the
+            provider reads. The OpenAI and Anthropic SDKs' own retries are off
+            (`max_retries = 0`) unless set here: Inspect's `config.max_retries` retries.
         config: generation config; `max_connections`, `max_retries`, `timeout` and
             `attempt_timeout` are the judge's own limits in the scoring stage (not part of
             the verifier's identity); the rest (temperature, max_tokens, ...) is.
@@ -151,16 +154,44 @@ class RoleModel(_Strict):
     _model_string = field_validator("model")(ModelConfig._model_string.__func__)  # type: ignore[attr-defined]
     _generate_config = field_validator("config")(ModelConfig._generate_config.__func__)  # type: ignore[attr-defined]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_env(cls, data: Any) -> Any:
+        # `env` in a binding read back (a stored spec, pasted as --model-role JSON) is derived
+        # from the rest (`to_json`), never an input
+        if isinstance(data, Mapping) and "env" in data:
+            data = {k: v for k, v in data.items() if k != "env"}
+        return data
+
+    @model_validator(mode="after")
+    def _no_secret(self) -> RoleModel:
+        from scorers.inspect_scorers.judge_roles import credential_env, secret_settings
+
+        found = secret_settings({"args": self.args, "config": self.config})
+        if found:
+            var = credential_env(self.to_json()).get("api_key") or "the provider's variable"
+            raise ValueError(
+                f"{found[0]} holds a secret, which would be stored with the verifier's spec in "
+                f"logs and the warehouse; put the key in {var} in the environment instead"
+            )
+        return self
+
     @property
     def label(self) -> str:
         return self.model
 
     def to_json(self) -> dict[str, Any]:
-        """The binding a scorer spec carries (`ScorerSpec.roles`)."""
-        out: dict[str, Any] = {"model": self.model, "args": dict(self.args),
+        """The binding a scorer spec carries (`ScorerSpec.roles`): what the judge is, and the
+        names (never the values) of the environment variables it reads a key or URL from."""
+        from scorers.inspect_scorers.judge_roles import client_args, credential_env
+
+        out: dict[str, Any] = {"model": self.model, "args": client_args(self.model, self.args),
                                "config": dict(self.config)}  # fmt: skip
         if self.base_url:
             out["base_url"] = self.base_url
+        env = credential_env(out)
+        if env:
+            out["env"] = env
         return out
 
 
@@ -582,20 +613,9 @@ def _import_verifier_modules(modules: list[str], source: Path) -> None:
                 "put its directory on PYTHONPATH"
             ) from None
         except Exception as exc:  # the module's own code failed: a bad config, not a crash
-            from flows.runtime.console import one_line
+            from flows.verifier_modules import import_error
 
             raise ConfigError(
-                f"{source}: verifier_modules: importing {mod!r} raised "
-                f"{one_line(exc, 200)}{_where(exc)}; fix the module, or remove it from "
-                "verifier_modules"
+                f"{source}: verifier_modules: importing {mod!r} raised {import_error(exc)}; "
+                "fix the module, or remove it from verifier_modules"
             ) from None
-
-
-def _where(exc: BaseException) -> str:
-    """ " at file:line" of the failing line in the module's own code, when known."""
-    import traceback
-
-    if isinstance(exc, SyntaxError) and exc.filename:
-        return f" at {exc.filename}:{exc.lineno}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
-    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""

@@ -70,9 +70,9 @@ def evaluate_gates(
     if fingerprints is None:
         # every loaded verifier; one that scored a run but is not loaded here is a problem
         # that names the flag, not a scorer silently left out of the decision
-        from flows.verifier_modules import unloaded_verifiers
+        from flows.stored_verifiers import unloaded
 
-        unloaded = unloaded_verifiers(wh.path)
+        unloaded = unloaded(wh.path)
     fps = dict(fingerprints) if fingerprints is not None else current_fingerprints()
     if record:
         # the views' "newest" is the fingerprint the gate decides under

@@ -4,11 +4,15 @@ The demo and the tests run real Inspect generation against it through the same p
 a real deployment uses (`openai-api/local/<name>` with LOCAL_BASE_URL, or `vllm/<name>` with a
 base URL). Answers come from a script: a function of (model name, messages) that returns the
 reply text, or an HTTP status code to fail that request with (e.g. 500, to test error handling).
+
+`python -m flows.mock_server --port 8765` runs it as a judge a user can start and stop (the
+judge-outage walkthrough in docs/how-to/inspect-scorers.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +21,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Script", "ScriptedServer", "scripted_server"]
+__all__ = ["Script", "ScriptedServer", "judge_script", "main", "scripted_server"]
 
 # (model name, chat messages as sent) -> reply text, an HTTP status code to fail with, or bytes
 # to send as the body of a 200 (a server answering garbage)
@@ -148,3 +152,45 @@ def scripted_server(
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+_SUBMISSION = re.compile(r"\[Submission\]:(.*?)\*{3,}", re.S)
+_CRITERION = re.compile(r"\[Criterion\]:(.*?)\*{3,}", re.S)
+
+
+def judge_script(model: str, messages: list[dict[str, Any]]) -> str:
+    """A stand-in judge for Inspect's model-graded scorers (`model_graded_qa`/`_fact`): "GRADE: C"
+    when the submission states the criterion (as a whole word), else "GRADE: I"."""
+    prompt = "\n".join(str(m.get("content", "")) for m in messages)
+    submission, criterion = _SUBMISSION.search(prompt), _CRITERION.search(prompt)
+    if submission is None or criterion is None:
+        return "I only grade: send a model-graded prompt ([Submission] and [Criterion])."
+    wanted = criterion.group(1).strip()
+    said = re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", submission.group(1)) if wanted else None
+    return f"The submission {'states' if said else 'does not state'} {wanted!r}.\n" + (
+        "GRADE: C" if said else "GRADE: I"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m flows.mock_server --port 8765`: a local judge (`judge_script`) on 127.0.0.1,
+    for trying judge-graded scorers and a judge outage offline; Ctrl-C stops it."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m flows.mock_server", description=main.__doc__)
+    parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free)")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with scripted_server(judge_script, models=["judge"], port=args.port) as server:
+        print(f"judge listening on {server.base_url} (Ctrl-C stops it)", flush=True)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

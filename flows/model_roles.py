@@ -53,9 +53,13 @@ def bindings(values: Iterable[str] | None) -> dict[str, dict[str, Any]]:
         except (json.JSONDecodeError, TypeError) as exc:
             raise ValueError(f"--model-role {value!r}: not JSON ({exc}); {form}") from None
         except ValidationError as exc:
+            # the value is not echoed: it may hold the very secret the error is about
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise ValueError(f"--model-role {value!r}: {where}: {first['msg']}") from None
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            raise ValueError(
+                f"--model-role {name}=...: {where + ': ' if where else ''}{msg}"
+            ) from None
         out[name] = role.to_json()
     return out
 

@@ -132,7 +132,10 @@ def judge_problem(verifier_spec: dict | None) -> str | None:
     binding = ((verifier_spec or {}).get("roles") or {}).get("grader")
     if not binding:
         return None
-    return server_problem(RoleModel(**binding))
+    # not validated: a binding an older gradebook stored may hold what a config may no longer
+    return server_problem(
+        RoleModel.model_construct(model=str(binding.get("model")), base_url=binding.get("base_url"))
+    )
 
 
 def _cause(exc: BaseException, timeout_s: float) -> str:

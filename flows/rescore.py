@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from flows.runtime.run_names import count, label_run, listed, parameter, tag
 from flows.runtime.run_owner import record_owner
 from flows.score import RunScore, ScoreOptions, ScoringStopped, score_runs, stop_line, stopped_run
 from warehouse.commands import command
+from warehouse.schema import RECORDED_PREFIX
 
 __all__ = [
     "EVENT_VERIFIER_CHANGED",
@@ -58,17 +60,39 @@ EVENT_VERIFIER_CHANGED = "gradebook.verifier.changed"
 WATCH_MAX_ATTEMPT = 3
 
 
-def _flips(warehouse: str | Path, plan: RescorePlan) -> list[dict[str, Any]]:
+def _flips(warehouse: str | Path, plan: RescorePlan, since: datetime) -> list[dict[str, Any]]:
+    """The grade flips of the samples this pass graded (their current row under the plan's
+    fingerprint was written `since`), against every older verdict: gradebook's own and the
+    scores the logs recorded (`old_fingerprint` starting with RECORDED_PREFIX)."""
     from warehouse import Warehouse
 
     with Warehouse(warehouse).read() as con:
         cur = con.execute(
-            "SELECT * FROM grade_flips WHERE scorer = ? AND new_fingerprint = ? "
-            "AND run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY run_id, sample_id, epoch",
-            [plan.scorer, plan.digest, plan.run_ids],
+            "SELECT f.* FROM grade_flips f SEMI JOIN current_scores c "
+            "  ON c.scorer = f.scorer AND c.run_id = f.run_id AND c.sample_id = f.sample_id "
+            " AND c.epoch = f.epoch AND c.fingerprint = f.new_fingerprint AND c.scored_at >= ? "
+            "WHERE f.scorer = ? AND f.new_fingerprint = ? "
+            "AND f.run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY run_id, sample_id, epoch",
+            [since, plan.scorer, plan.digest, plan.run_ids],
         )
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def _totals(warehouse: str | Path, plan: RescorePlan) -> dict[str, Any]:
+    """Where the plan's runs stand now under its fingerprint (all their samples, not only those
+    this pass graded): scored, unscored, errored, correct, samples."""
+    from warehouse import Warehouse
+
+    with Warehouse(warehouse).read() as con:
+        row = con.execute(
+            "SELECT sum(n_scored), sum(n_unscored + n_pending), sum(n_error), "
+            "sum(round(coalesce(accuracy, 0) * n_scored)), sum(n_samples) FROM run_metrics "
+            "WHERE scorer = ? AND fingerprint = ? AND run_id IN (SELECT unnest(?::VARCHAR[]))",
+            [plan.scorer, plan.digest, plan.run_ids],
+        ).fetchone()
+    keys = ("scored", "unscored", "errored", "correct", "samples")
+    return {k: int(v or 0) for k, v in zip(keys, row or (), strict=False)}
 
 
 def rescore(
@@ -96,6 +120,7 @@ def rescore(
     for i, plan in enumerate(plans):
         if not plan.changed:
             continue
+        since = datetime.now(UTC)
         try:
             plan.written = score_runs(
                 warehouse,
@@ -106,13 +131,22 @@ def rescore(
         except ScoringStopped as stop:
             # what was graded is written: its flips are real; the later verifiers wait
             plan.written, plan.left, plan.stopped = stop.summaries, stop.left, stop.signum
-            plan.flips = _flips(warehouse, plan)
+            _record_outcome(warehouse, plan, since)
             for later in plans[i + 1 :]:
                 if later.changed:
                     later.left, later.stopped = later.pending, stop.signum
             return plans
-        plan.flips = _flips(warehouse, plan)
+        _record_outcome(warehouse, plan, since)
     return plans
+
+
+def _record_outcome(warehouse: str | Path, plan: RescorePlan, since: datetime) -> None:
+    """The plan's flips (against gradebook's own verdicts, and apart, against the logs'
+    recorded scores) and where its runs stand now, after a pass that began `since`."""
+    flips = _flips(warehouse, plan, since)
+    plan.flips = [f for f in flips if not f["old_fingerprint"].startswith(RECORDED_PREFIX)]
+    plan.recorded_flips = [f for f in flips if f["old_fingerprint"].startswith(RECORDED_PREFIX)]
+    plan.totals = _totals(warehouse, plan)
 
 
 def _stopped(plans: list[RescorePlan]) -> int | None:
@@ -220,7 +254,8 @@ def rescore_flow(
         workers: scoring worker processes.
         progress: show progress bars.
         retry_unscored: also grade again samples left unscored for a retryable reason
-            (sandbox_unavailable, timeout, verifier_error) under the current fingerprint.
+            (grader_failed, sandbox_unavailable, timeout, verifier_error) under the current
+            fingerprint.
     """
     import_verifier_modules(verifier_modules or [], warehouse)
     opts = ScoreOptions(workers=workers, progress=progress)

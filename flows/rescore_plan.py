@@ -40,8 +40,13 @@ class RescorePlan:
         pending: those samples.
         is_new: the current fingerprint was not registered in the warehouse yet.
         retries: how many of the pending samples are retries of an unscored attempt.
-        written: what the re-score wrote, per (run, verifier).
-        flips: the verdicts that changed (`grade_flips` rows).
+        written: after the pass, what it wrote per (run, verifier).
+        flips: after the pass, the samples it graded whose verdict differs from gradebook's
+            own under an older fingerprint (the verdicts this pass changed).
+        recorded_flips: after the pass, the samples it graded whose verdict differs from the
+            score their log recorded (Inspect's, at eval time): reported apart.
+        totals: after the pass, where its runs stand under the fingerprint (every sample,
+            not only those graded now): scored, unscored, errored, correct, samples.
         left: when a stop (SIGINT, SIGTERM) cut the re-score short, the samples it left
             ungraded (None: it was not stopped, or they were not counted).
         stopped: the signal that stopped it (None: none did).
@@ -56,6 +61,8 @@ class RescorePlan:
     retries: int = 0
     written: list[RunScore] = field(default_factory=list)
     flips: list[dict[str, Any]] = field(default_factory=list)
+    recorded_flips: list[dict[str, Any]] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=dict)
     left: int | None = None
     stopped: int | None = None
 
@@ -69,15 +76,38 @@ class RescorePlan:
         so a sample graded under two older fingerprints is two rows but one sample."""
         return len({(f["run_id"], f["sample_id"], f["epoch"]) for f in self.flips})
 
+    @property
+    def differs_from_recorded(self) -> int:
+        """Samples graded now whose verdict differs from the score their log recorded."""
+        return len({(f["run_id"], f["sample_id"], f["epoch"]) for f in self.recorded_flips})
+
+    def outcome(self) -> str | None:
+        """One line: what this pass wrote, and where its runs stand now (None before it ran)."""
+        if not self.totals:
+            return None
+        wrote = sum(w.written for w in self.written)
+        scored = sum(w.scored for w in self.written)
+        t = self.totals
+        acc = f"{t['correct'] / t['scored']:.1%}" if t["scored"] else "–"
+        strict = f"{t['correct'] / t['samples']:.1%}" if t["samples"] else "–"
+        runs = len(self.run_ids)
+        return (
+            f"{self.scorer}: this pass graded {wrote} sample(s) ({scored} scored, "
+            f"{wrote - scored} not); its {runs} run{'s' if runs != 1 else ''} now: "
+            f"{t['scored']} scored, {t['unscored']} unscored, {t['errored']} errored of "
+            f"{t['samples']}, accuracy {acc} (strict {strict})"
+        )
+
 
 def import_verifier_modules(modules: list[str], warehouse: str | Path | None = None) -> None:
-    """Load the verifiers the user named (modules, scorer files), and with `warehouse` the
-    Inspect scorers it records by registry name (flows.verifier_modules)."""
-    from flows.verifier_modules import load_modules, load_warehouse_scorers
+    """Load the verifiers the user named (modules, scorer files), and with `warehouse` every
+    other verifier it stores a spec of that may be rebuilt here (flows.stored_verifiers)."""
+    from flows.stored_verifiers import rebuild
+    from flows.verifier_modules import load_modules
 
     load_modules(modules)
     if warehouse is not None:
-        load_warehouse_scorers(warehouse)
+        rebuild(warehouse)
 
 
 def plan_rescore(

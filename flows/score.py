@@ -1084,7 +1084,7 @@ def score_flow(
         scored_log_dir: if set, also write a scored copy of each log there (originals are
             never modified) so `inspect view` shows the scores.
         retry_unscored: also grade again samples left unscored for a retryable reason
-            (sandbox_unavailable, timeout, verifier_error).
+            (grader_failed, sandbox_unavailable, timeout, verifier_error).
 
     Returns:
         The summaries per (run, verifier); `.problems` names each log or sample the ingest

@@ -45,6 +45,12 @@ def write_scored_logs(
     A log Inspect's reader could not read within the ingest limits (warehouse.inflate: it
     inflates every member whole) gets no copy; one line in `problems` says so.
 
+    Names are the ones Inspect users know: a variant of one of the log's own scorers, stored as
+    `match[numeric=true]`, is `match` in the copy, as in the log. gradebook's scorers come first
+    in `results.scores`, whose first entry is the headline `inspect view` lists; a scorer the
+    log names that never ran on it (a task's own scorer under `score=False`) is left out, so
+    no NaN stands in its place.
+
     Returns:
         The paths written.
     """
@@ -53,6 +59,7 @@ def write_scored_logs(
     from warehouse import Warehouse
     from warehouse.inflate import InflateLimits, InflateRefused
     from warehouse.logs import check_for_inspect
+    from warehouse.recorded_scores import inspect_names
     from warehouse.schema import RECORDED_PREFIX
     from warehouse.score_values import DICT_KEY_SEP, to_inspect_score
 
@@ -76,37 +83,57 @@ def write_scored_logs(
                 [log.eval.eval_id, RECORDED_PREFIX],
             ).fetchall()
         parents = {r[2] for r in rows}
+        shown = _shown_names(parents, inspect_names(log))
         by_sample: dict[tuple[str, int], dict[str, Any]] = {}
         for sample_id, epoch, scorer, status, value, answer, explanation, reason, meta in rows:
             if DICT_KEY_SEP in scorer and scorer.split(DICT_KEY_SEP, 1)[0] in parents:
                 continue  # a dict-valued score's key: the score itself carries the dict
-            by_sample.setdefault((str(sample_id), int(epoch)), {})[scorer] = to_inspect_score(
+            score = to_inspect_score(
                 status, value, answer, explanation, reason, json.loads(meta or "{}")
             )
+            by_sample.setdefault((str(sample_id), int(epoch)), {})[shown[scorer]] = score
         for sample in log.samples or []:
             scores = by_sample.get((str(sample.id), int(sample.epoch)))
             if scores:
                 sample.scores = {**(sample.scores or {}), **scores}
         if by_sample:
-            _recompute_results(log, sorted({n for s in by_sample.values() for n in s}))
+            used = {name for scores in by_sample.values() for name in scores}
+            _recompute_results(log, {shown[n]: n for n in sorted(parents) if shown[n] in used})
         target = out_dir / Path(str(path)).name
         write_eval_log(log, str(target))
         written.append(target)
     return written
 
 
-def _recompute_results(log: Any, scorers: list[str]) -> None:
-    """`log.eval.scorers` gains gradebook's scorers (with their metrics), then `results` is
-    recomputed by Inspect's own `recompute_metrics`, as `inspect score` leaves a log."""
+def _shown_names(stored: set[str], inspect_keys: dict[str, str]) -> dict[str, str]:
+    """Stored scorer name -> its name in the scored copy: the log's own key for a variant of
+    one of its scorers (unless gradebook also graded the log with a scorer of that name)."""
+    out = {}
+    for name in sorted(stored):
+        key = inspect_keys.get(name, name)
+        out[name] = key if key == name or key not in stored else name
+    return out
+
+
+def _recompute_results(log: Any, scorers: dict[str, str]) -> None:
+    """`log.eval.scorers` gains gradebook's scorers (name in the copy -> verifier name), first,
+    with their metrics, then `results` is recomputed by Inspect's own `recompute_metrics`, as
+    `inspect score` leaves a log. The log's other scorers stay after them if some sample holds
+    a score of theirs; one that never ran would be a NaN headline."""
     from inspect_ai.log import recompute_metrics
     from inspect_ai.log._log import EvalScorer
 
     from scorers.registry import all_verifiers
 
     known = all_verifiers()
-    ours = {name: _eval_scorer(name, known.get(name)) for name in scorers}
-    kept = [s for s in (log.eval.scorers or []) if s.name not in ours]
-    log.eval.scorers = [*kept, *ours.values()]
+    ours = {shown: _eval_scorer(shown, known.get(name)) for shown, name in scorers.items()}
+    held = {k for s in log.samples or [] for k in (s.scores or {})}
+    kept = [
+        s
+        for s, key in zip(log.eval.scorers or [], _keys(log.eval.scorers or []), strict=True)
+        if key not in ours and key in held
+    ]
+    log.eval.scorers = [*ours.values(), *kept]
     # Inspect looks a metric it does not know up in the log's task file, importing it: a log
     # from elsewhere never makes gradebook import code, so such metrics are left out
     for scorer in log.eval.scorers:
@@ -118,6 +145,19 @@ def _recompute_results(log: Any, scorers: list[str]) -> None:
     except Exception:  # noqa: BLE001 - a log whose own metrics cannot be computed here
         log.eval.scorers = [EvalScorer(**s.model_dump()) for s in ours.values()]
         recompute_metrics(log)
+
+
+def _keys(scorers: list[Any]) -> list[str]:
+    """The keys Inspect gives the scores of a task's scorers, in order: the unqualified name,
+    `name1` for a second one of the same name (`unique_scorer_name`)."""
+    keys: list[str] = []
+    for scorer in scorers:
+        base = scorer.name.rsplit("/", 1)[-1]
+        key, n = base, 1
+        while key in keys:
+            key, n = f"{base}{n}", n + 1
+        keys.append(key)
+    return keys
 
 
 _DEFAULT_METRICS = [{"name": "accuracy"}, {"name": "stderr"}]

@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from flows.runtime.console import one_line
+
 __all__ = [
     "ENV",
     "ModulesOption",
     "VerifierLoadError",
-    "how_to_load",
+    "import_error",
     "load_modules",
     "recorded_modules",
-    "unknown_verifiers",
-    "unloaded_verifiers",
 ]
 
 ENV = "GRADEBOOK_VERIFIER_MODULES"
@@ -65,16 +65,65 @@ def load_modules(modules: Iterable[str] | None, *, option: str = "--verifier-mod
                 entry = json.loads(module) if module.startswith("{") else module
                 resolve(spec_of(entry), trusted=True)
             except (SpecError, ValueError) as exc:
-                raise VerifierLoadError(f"{option} {module}: {exc}") from None
+                raise VerifierLoadError(f"{option} {module}: {_located(exc)}") from None
             continue
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - any failure of a user's module is reported
-            why = str(exc).splitlines()[0] if str(exc) else ""
+            if _not_found(exc, module):
+                raise VerifierLoadError(
+                    f"{option} {module}: cannot import it ({one_line(exc, 200)}); "
+                    "install it or put its directory on PYTHONPATH"
+                ) from None
             raise VerifierLoadError(
-                f"{option} {module}: cannot import it ({type(exc).__name__}: {why}); "
-                "install it or put its directory on PYTHONPATH"
+                f"{option} {module}: importing it raised {import_error(exc)}; fix the module"
             ) from None
+
+
+def _not_found(exc: BaseException, module: str) -> bool:
+    """The module itself (or a package above it) is not there, as opposed to its own code
+    failing, an import inside it included."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return False
+    parts = module.split(".")
+    return exc.name in {".".join(parts[: i + 1]) for i in range(len(parts))}
+
+
+def _located(exc: BaseException) -> str:
+    """A scorer file's import failure (scorers.inspect_scorers.factories words it "importing
+    FILE raised ...; fix the file") with the file:line that raised, read from the failure."""
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    where = _where(cause) if cause is not None and text.startswith("importing ") else None
+    if where is None:
+        return text
+    head, sep, tail = text.rpartition("; fix the file")
+    return f"{head} at {where}{sep}{tail}" if sep else f"{text} (at {where})"
+
+
+def _where(exc: BaseException) -> str | None:
+    """ "file:line" of the line of a module's own code that raised (a syntax error's own line),
+    past the import machinery; None when unknown."""
+    import traceback
+
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "importlib" not in f.filename and not f.filename.startswith("<frozen")
+    ]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+
+
+def import_error(exc: BaseException, file: str | None = None) -> str:
+    """A module's failure on import as "Type: message at file:line" (`file`, when the line is
+    not known)."""
+    text = one_line(exc, 200)
+    where = _where(exc)
+    if where:
+        return f"{text} at {where}"
+    return f"{text} in {file}" if file else text
 
 
 def recorded_modules(db: str | Path) -> dict[str, str | None]:
@@ -94,114 +143,3 @@ def recorded_modules(db: str | Path) -> dict[str, str | None]:
             return recorded_verifiers(con)
     except (SchemaTooNew, WarehouseLocked, OSError, duckdb.Error):
         return {}  # the command reports an unusable warehouse itself
-
-
-def load_warehouse_scorers(db: str | Path) -> list[str]:
-    """Register the Inspect scorers the warehouse records by registry name (built-in or from
-    an installed package: resolving one imports no file a warehouse names), so `rescore`, the
-    watcher, `gate` and `verifiers` check them as they check gradebook's own verifiers; a file
-    scorer is only named (`how_to_load`). One that no longer resolves here (its package was
-    uninstalled) stays unloaded and is reported as such.
-
-    Returns:
-        The names registered.
-    """
-    from scorers.inspect_scorers.specs import SpecError, resolve, spec_of
-    from scorers.registry import all_verifiers
-
-    loaded = []
-    for name, spec in _recorded_specs(db).items():
-        if spec.get("kind") != "registry" or name in all_verifiers():
-            continue
-        try:
-            loaded.append(resolve(spec_of(spec), trusted=False).name)
-        except (SpecError, ValueError):
-            continue
-    return loaded
-
-
-def recorded_spec_entries(db: str | Path) -> list[dict]:
-    """The Inspect scorer specs (registry kind) the warehouse records, as JSON entries."""
-    return [s for s in _recorded_specs(db).values() if s.get("kind") == "registry"]
-
-
-def _recorded_specs(db: str | Path) -> dict[str, dict]:
-    import duckdb
-
-    from warehouse import SchemaTooNew, Warehouse, WarehouseLocked
-    from warehouse.verifier_modules import recorded_specs
-
-    if not Path(db).exists():
-        return {}
-    try:
-        with Warehouse(db).read() as con:
-            return recorded_specs(con)
-    except (SchemaTooNew, WarehouseLocked, OSError, duckdb.Error):
-        return {}
-
-
-def how_to_load(
-    name: str, recorded: dict[str, str | None], specs: dict[str, dict] | None = None
-) -> str:
-    """The fix for a verifier that is not loaded here, as the end of a one-line message."""
-    spec = (specs or {}).get(name) or {}
-    if spec.get("kind") == "file":
-        return f"pass --verifier-module {spec.get('file')}@{spec.get('scorer')} (the scorer file)"
-    if spec.get("kind") == "registry" and spec.get("roles"):
-        return (
-            f"it is the judge-graded scorer {spec.get('scorer')!r}, whose judge gradebook calls "
-            "only on your word: pass --verifier-module with its spec (JSON, from "
-            f"`gradebook sql \"SELECT spec FROM verifiers WHERE name = '{name}'\"`)"
-        )
-    if spec.get("kind") == "registry":
-        return (
-            f"it is the Inspect scorer {spec.get('scorer')!r}, which does not resolve here: "
-            "install the package that defines it"
-        )
-    if spec.get("kind") == "recorded":
-        return (
-            "its scores were recorded in logs by Inspect: grade them here with "
-            "`gradebook score LOG` (the task's own scorers) or --verifier NAME"
-        )
-    module = recorded.get(name)
-    if module:
-        return (
-            f"pass --verifier-module {module} (the module the warehouse records for it) "
-            f"or set {ENV}"
-        )
-    return f"pass --verifier-module MODULE, the module that registers {name!r}"
-
-
-def unknown_verifiers(names: Sequence[str], db: str | Path) -> str | None:
-    """None when every name is a loaded verifier; else one line naming the first unknown one
-    and how to load it."""
-    from scorers.registry import all_verifiers
-
-    known = all_verifiers()
-    unknown = [n for n in dict.fromkeys(names) if n not in known]
-    if not unknown:
-        return None
-    recorded = recorded_modules(db)
-    name = unknown[0]
-    more = f" (and {', '.join(repr(n) for n in unknown[1:])})" if len(unknown) > 1 else ""
-    return (
-        f"unknown verifier {name!r}{more}: {how_to_load(name, recorded, _recorded_specs(db))}; "
-        f"loaded verifiers: {', '.join(sorted(known)) or 'none'}"
-    )
-
-
-def unloaded_verifiers(db: str | Path) -> dict[str, str]:
-    """Verifiers the warehouse has fingerprints or scores of that are not loaded here ->
-    how to load each (the end of a one-line message)."""
-    from scorers.registry import all_verifiers
-    from warehouse.score_values import DICT_KEY_SEP
-
-    recorded = recorded_modules(db)
-    specs = _recorded_specs(db)
-    known = all_verifiers()
-    return {
-        n: how_to_load(n, recorded, specs)
-        for n in sorted(recorded)
-        # a dict-valued scorer's `<scorer>:<key>` rows belong to their scorer
-        if n not in known and n.split(DICT_KEY_SEP, 1)[0] not in known
-    }

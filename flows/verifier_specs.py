@@ -136,7 +136,7 @@ def log_verifier_names(
         raise SpecError(
             f"{path}: the log names no scorer (no eval.scorers or results); pass --verifier NAME"
         )
-    from flows.verifier_modules import how_to_load
+    from flows.stored_verifiers import how_to_load
     from scorers.registry import all_verifiers
 
     for entry in entries:

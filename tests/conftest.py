@@ -62,10 +62,17 @@ def need(condition: bool, why: str) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    """Caches (the fingerprint's) go to a session temp dir, never the user's ~/.cache."""
+    """Caches (the fingerprint's) go to a session temp dir, never the user's ~/.cache; so does
+    the state a command keeps (the key that seals stored verifier specs), never the user's
+    ~/.local/state."""
     from flows.runtime.envvars import environ_set
 
-    with environ_set({"GRADEBOOK_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}):
+    with environ_set(
+        {
+            "GRADEBOOK_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
+            "GRADEBOOK_STATE_DIR": str(tmp_path_factory.mktemp("state")),
+        }
+    ):
         yield
 
 

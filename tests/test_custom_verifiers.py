@@ -1,8 +1,11 @@
 """A verifier from a sweep config's `verifier_modules` works outside the sweep: `score`,
-`rescore`, `verifiers` and `gate` load it with `--verifier-module` (or GRADEBOOK_VERIFIER_MODULES),
-and without it say, in one line, exactly which flag to pass. A module name that a warehouse or a
-log holds is never imported. Each command runs as its own `gradebook` process, as a user's next
-command would; real Prefect flow runs, grading workers and DuckDB."""
+`rescore`, `verifiers` and `gate` rebuild it from the spec the warehouse stores (its module and
+file, sealed as this user's: flows.stored_verifiers), or load it with `--verifier-module` (or
+GRADEBOOK_VERIFIER_MODULES); where they may not (the file changed since it graded, a warehouse
+another user wrote) they say, in one line, exactly which flag to pass. A module name that a
+warehouse or a log holds on its own word is never imported. Each command runs as its own
+`gradebook` process, as a user's next command would; real Prefect flow runs, grading workers
+and DuckDB."""
 
 from __future__ import annotations
 
@@ -86,27 +89,51 @@ def swept(prefect_api, tmp_path, monkeypatch):
     }
 
 
-def test_without_the_module_every_command_names_the_flag_to_pass(swept):
+def test_without_the_module_every_command_rebuilds_it_from_the_warehouse(swept, tmp_path):
+    s = swept
+    elsewhere = tmp_path / "cwd-without-the-lib"  # not on PYTHONPATH: found by its stored file
+    elsewhere.mkdir()
+    listing = _cli(["verifiers", "--db", s["db"]], pythonpath=elsewhere)
+    assert listing.returncode == 0, listing.stderr
+    line = next(x for x in listing.stdout.splitlines() if s["name"] in x)
+    assert "yes" in line and "not loaded" not in line and " 6 " in f" {line} "
+    gate = _cli(["gate", "--db", s["db"], "--run", s["run"]], pythonpath=elsewhere)
+    assert gate.returncode == 0 and "gate: PASS" in gate.stdout, gate.stdout + gate.stderr
+    rescore = _cli(["rescore", "--db", s["db"]], pythonpath=elsewhere)
+    assert rescore.returncode == 0 and "not checked" not in rescore.stdout, rescore.stdout
+
+    # edited since it graded: its new code runs only on the user's word
+    s["path"].write_text(s["path"].read_text().replace("OFFSET = 0", "OFFSET = 1"))
+    gate = _cli(["gate", "--db", s["db"], "--run", s["run"]], pythonpath=elsewhere)
+    assert gate.returncode == 2, gate.stdout
+    text = gate.stdout.replace("\n", " ")
+    assert "changed since it graded here" in text and f"--verifier-module {s['module']}" in text
+
+
+def test_a_warehouse_another_user_wrote_names_the_flag_to_pass(swept, tmp_path):
+    # another user's key: the stored spec is not sealed by them, so nothing is imported
     s, lib = swept, swept["lib"]
+    other = {"GRADEBOOK_STATE_DIR": str(tmp_path / "another-user")}
     flag = f"--verifier-module {s['module']}"
-    score = _cli(["score", s["log"], "--db", s["db"], "--verifier", s["name"]], pythonpath=lib)
+    score = _cli(["score", s["log"], "--db", s["db"], "--verifier", s["name"]], pythonpath=lib,
+                 env=other)  # fmt: skip
     _one_line_error(score, repr(s["name"]), flag)
     # the log names the verifier too: that alone never imports anything
-    score = _cli(["score", s["log"], "--db", s["db"]], pythonpath=lib)
+    score = _cli(["score", s["log"], "--db", s["db"]], pythonpath=lib, env=other)
     _one_line_error(score, repr(s["name"]), flag)
-    rescore = _cli(["rescore", "--db", s["db"], "--scorer", s["name"]], pythonpath=lib)
+    rescore = _cli(["rescore", "--db", s["db"], "--scorer", s["name"]], pythonpath=lib, env=other)
     _one_line_error(rescore, repr(s["name"]), flag)
 
-    listing = _cli(["verifiers", "--db", s["db"]], pythonpath=lib)
+    listing = _cli(["verifiers", "--db", s["db"]], pythonpath=lib, env=other)
     assert listing.returncode == 0, listing.stderr
     line = next(x for x in listing.stdout.splitlines() if s["name"] in x)
     assert "not loaded" in line and flag in listing.stdout.replace("\n", " ")
 
-    rescore_all = _cli(["rescore", "--db", s["db"]], pythonpath=lib)
+    rescore_all = _cli(["rescore", "--db", s["db"]], pythonpath=lib, env=other)
     assert rescore_all.returncode == 0, rescore_all.stderr
     assert f"not checked: verifier {s['name']!r}" in rescore_all.stdout
 
-    gate = _cli(["gate", "--db", s["db"], "--run", s["run"]], pythonpath=lib)
+    gate = _cli(["gate", "--db", s["db"], "--run", s["run"]], pythonpath=lib, env=other)
     assert gate.returncode == 2, gate.stdout
     assert f"scored by verifier {s['name']!r}, which is not loaded here" in gate.stdout
     assert flag in gate.stdout.replace("\n", " ")
@@ -158,6 +185,27 @@ def test_a_module_that_does_not_import_is_one_line(swept):
         ["verifiers", "--db", s["db"], "--verifier-module", "no_such_mod_xyz"], pythonpath=lib
     )
     _one_line_error(res, "--verifier-module no_such_mod_xyz", "cannot import", "PYTHONPATH")
+
+
+RAISES = """\
+from scorers.registry import Verifier, register
+
+THRESHOLD = compute_threshold()  # line 3: a NameError on import
+"""
+
+
+def test_a_module_that_raises_on_import_names_its_file_and_line(tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    module = f"raises_{uuid.uuid4().hex[:8]}"
+    (lib / f"{module}.py").write_text(RAISES)
+    res = _cli(["verifiers", "--verifier-module", module], pythonpath=lib)
+    _one_line_error(res, f"--verifier-module {module}", "NameError", f"{module}.py:3")
+    # a scorer file named as FILE.py@scorer: the same
+    scorer = lib / "bad_scorer.py"
+    scorer.write_text("import math\n\nRATIO = math.sqrt(-1)  # line 3\n")
+    res = _cli(["verifiers", "--verifier-module", f"{scorer}@judge"], pythonpath=lib)
+    _one_line_error(res, "ValueError", f"{scorer}:3")
 
 
 EVIL = """

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import typer
 
 from flows.config import ClusterConfig, ModelConfig, RoleModel, SweepConfig, TaskConfig
@@ -128,3 +129,70 @@ def test_readme_config_example_loads(tmp_path: Path) -> None:
         assert result.returncode == 0, f"README.md toml block {i}: {result.stderr}"
         assert "vllm/" in result.stdout and "openai-api/" in result.stdout  # both kinds shown
         assert "grades 1.0 mismatch unscored" in result.stdout
+
+
+def _shown(expected: str, output: str) -> bool:
+    """Whether a line a page shows as output is in `output`: a table row by its cells, any other
+    line with "…" standing for whatever the page elides (a path, a fingerprint)."""
+    if expected.startswith("│"):
+        cells = [c.strip() for c in expected.strip("│").split("│")]
+        rows = [line for line in output.splitlines() if line.startswith("│")]
+        return any([c.strip() for c in row.strip("│").split("│")] == cells for row in rows)
+    pattern = r"\s+".join(re.escape(w).replace("…", ".*") for w in expected.split())
+    return re.search(pattern, output) is not None
+
+
+@pytest.mark.slow
+def test_the_judge_outage_walkthrough_runs_as_written(prefect_api, tmp_path: Path) -> None:
+    """docs/how-to/inspect-scorers.md, section 6: its files, its commands in order, and the
+    output lines it shows (the judge's port is a free one here)."""
+    import socket
+    import urllib.request
+
+    import cli_kit
+
+    page = (ROOT / "docs" / "how-to" / "inspect-scorers.md").read_text()
+    section = page[page.index("## 6. A judge outage") :]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    for name, body in re.findall(r'^```\w+ title="([^"]+)"\n(.*?)^```', section, re.M | re.S):
+        (tmp_path / name).write_text(body.replace("8765", port))
+    sweep_block, judge_block, heal_block = _fenced(section, "bash")
+    outage_shown, healed_shown = _fenced(section, "text")
+    env = cli_kit.shell_env(tmp_path / "home", api_url=prefect_api)
+    env["PATH"] = (
+        f"{cli_kit.VENV_BIN}{os.pathsep}{env['PATH']}"  # `gradebook`, as the page types it
+    )
+
+    def run(block: str) -> str:
+        out = ""
+        for line in block.strip().splitlines():
+            if line.startswith("export "):
+                env.update(dict(kv.split("=", 1) for kv in line.split()[1:]))
+                continue
+            ran = cli_kit.run(["/bin/sh", "-c", line], env, tmp_path)
+            out += ran.stdout + ran.stderr
+            assert "Traceback" not in out, out
+        return out
+
+    outage = run(sweep_block)
+    for line in outage_shown.strip().splitlines():
+        assert not line.strip() or _shown(line, outage), (line, outage)
+
+    [start] = judge_block.strip().splitlines()
+    assert start == "python -m flows.mock_server --port 8765"
+    judge = subprocess.Popen(
+        [sys.executable, "-m", "flows.mock_server", "--port", port], env=env, cwd=tmp_path,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert "judge listening" in judge.stdout.readline()  # it prints once it listens
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+            assert r.status == 200
+        healed = run(heal_block)
+    finally:
+        judge.terminate()
+        judge.wait(timeout=30)
+    for line in healed_shown.strip().splitlines():
+        assert _shown(line, healed), (line, healed)

@@ -79,7 +79,7 @@ def test_demo_without_docker_counts_each_outage_sample_once_and_says_how_to_grad
     assert out.count(f"{HUMANEVAL_LIMIT} (sandbox_unavailable {HUMANEVAL_LIMIT})") == len(
         DEMO_MODELS
     )
-    assert f"{N_CODE} code samples unscored (sandbox_unavailable)" in out
+    assert f"{N_CODE} samples unscored (sandbox_unavailable {N_CODE})" in out
     # ... while the history keeps both attempts of every sample: the first pass and the sweep's
     # own retry, both unscored because Docker stayed down
     assert (
@@ -107,7 +107,7 @@ def test_demo_without_docker_counts_each_outage_sample_once_and_says_how_to_grad
 
     db, toml = str(directory / "demo.duckdb"), str(directory / "demo.toml")
     commands = _printed_commands(out)
-    assert ["rescore", "--db", db, "--retry-unscored"] in commands
+    assert ["rescore", "--db", db, "--retry-unscored", "--scorer", "unit_tests"] in commands
     assert ["gate", "--config", toml] in commands
     assert "make services" in out
     assert ["rescore", "--db", db, "--dry-run"] in commands

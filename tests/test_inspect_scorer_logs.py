@@ -28,22 +28,29 @@ def _shared_logs(shared_data: Path) -> list[Path]:
 
 def _held(logs: list[Path]) -> tuple[dict[tuple[str, str, int, str], Any], dict[tuple, float]]:
     """(run_id, sample_id, epoch, scorer) -> the Score each log holds (a log stored twice, in
-    two formats, once), and (run_id, scorer) -> the accuracy its results report."""
+    two formats, once), and (run_id, scorer) -> the accuracy its results report. `scorer` is
+    the name gradebook stores it under: the log's key, with the scorer's options when it has
+    any (`model_graded_fact[instructions=...]`), as gradebook's own re-score of it is named."""
     from inspect_ai.log import read_eval_log
+
+    from warehouse.recorded_scores import inspect_names
 
     scores: dict[tuple[str, str, int, str], Any] = {}
     accuracy: dict[tuple, float] = {}
     for path in logs:
         log = read_eval_log(str(path))
+        stored = {key: name for name, key in inspect_names(log).items()}
         for sample in log.samples or []:
-            for name, score in (sample.scores or {}).items():
+            for key, score in (sample.scores or {}).items():
+                name = stored.get(key, key)
                 scores[(log.eval.eval_id, str(sample.id), sample.epoch, name)] = (
                     score,
                     log.eval.packages.get("inspect_ai"),
                 )
         if log.samples and any(s.scores for s in log.samples):
             for result in log.results.scores:
-                accuracy[(log.eval.eval_id, result.name)] = result.metrics["accuracy"].value
+                name = stored.get(result.name, result.name)
+                accuracy[(log.eval.eval_id, name)] = result.metrics["accuracy"].value
     return scores, accuracy
 
 
@@ -235,3 +242,74 @@ def test_an_inspect_scorers_fingerprint_covers_its_code_params_and_distribution_
     monkeypatch.setattr(fp_mod, "_installed", lambda: upgraded)
     assert fp_mod.fingerprint(plain).digest != fp_plain.digest
     assert fp_mod.fingerprint(numeric).digest != fp_numeric.digest
+
+
+def _variant_logs(log_dir: Path) -> list[Any]:
+    """Logs of one task scored by variants of one scorer, as teams write them: match() and
+    match(numeric=True), model_graded_qa() with and without instructions; .eval and .json."""
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.scorer import match, model_graded_qa
+    from inspect_ai.solver import generate
+
+    dataset = MemoryDataset(
+        [Sample(id=i, input=f"Question {i}?", target=t) for i, t in enumerate(["4", "7", "9"], 1)]
+    )
+    variants = [
+        (match(), "eval"),
+        (match(numeric=True), "json"),
+        (model_graded_qa(), "eval"),
+        (model_graded_qa(instructions="Grade strictly. End with GRADE: C or GRADE: I."), "json"),
+    ]
+    logs = []
+    for scorer, fmt in variants:
+        task = Task(dataset=dataset, solver=generate(), scorer=scorer, name="variants")
+        [log] = inspect_eval(task, model=kit.scripted(["4", "7.0", "nine"]), score=False,
+                             log_dir=str(log_dir), log_format=fmt, display="none")  # fmt: skip
+        logs.append(log)
+    return logs
+
+
+@pytest.mark.slow
+def test_one_score_call_grades_a_directory_of_mixed_variants_and_formats(
+    prefect_api, shared_data: Path, tmp_path: Path
+) -> None:
+    """`gradebook score` over the shared real logs (.eval and .json, one of them renamed by
+    hand) and logs whose scorers are variants of one another: every log is graded in one call,
+    each variant under a name of its own, and what is not a log is named, not silently
+    skipped."""
+    from flows.mock_server import scripted_server
+
+    mine = _variant_logs(tmp_path / "mine")
+    with scripted_server(lambda model, messages: "GRADE: C", models=["j"]) as judge:
+        role = json.dumps({"model": "openai-api/judge/j", "base_url": judge.base_url})
+        env = cli_kit.shell_env(tmp_path / "home", api_url=prefect_api, JUDGE_API_KEY="test")
+        ran = cli_kit.gradebook(
+            "score", str(shared_data / "logs"), str(tmp_path / "mine"), "--db", "w.duckdb",
+            "--model-role", f"grader={role}", env=env, cwd=tmp_path,
+        )  # fmt: skip
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert "LICENSE.inspect_ai" in ran.stderr and "not Inspect logs" in ran.stderr
+    with Warehouse(tmp_path / "w.duckdb").read() as con:
+        graded = dict(
+            con.execute(
+                "SELECT r.log_path, list(DISTINCT s.scorer ORDER BY s.scorer) FROM runs r "
+                "JOIN scores s USING (run_id) WHERE NOT starts_with(s.fingerprint, 'recorded:') "
+                "GROUP BY ALL"
+            ).fetchall()
+        )
+        runs = {p for (p,) in con.execute("SELECT log_path FROM runs").fetchall()}
+    by_name = {Path(p).name: scorers for p, scorers in graded.items()}
+    # every log that has samples was graded by gradebook, the .json ones too
+    with_samples = {Path(p).name for p in runs} - {"2025-05-12T20-28-13-04-00_no-samples.json"}
+    assert with_samples <= set(by_name), sorted(with_samples - set(by_name))
+    assert {"log_formats.json", "log_tool_call_error.json"} <= set(by_name)
+    assert by_name["log_tool_call_error.json"] == ["includes"]
+    # the variants, each under its own stable name
+    names = [by_name[Path(log.location).name] for log in mine]
+    assert names[0] == ["match"] and names[1] == ["match[numeric=true]"]
+    assert names[2] == ["model_graded_qa"]
+    assert len(names[3]) == 1 and names[3][0].startswith("model_graded_qa[instructions=")
+    fact = by_name["2024-11-05T13-32-37-05-00_input-task_hxs4q9azL3ySGkjJirypKZ.eval"]
+    assert len(fact) == 1 and fact[0].startswith("model_graded_fact[instructions=")

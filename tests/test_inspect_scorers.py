@@ -48,9 +48,12 @@ def _as_float(value: object) -> float:
     return {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}.get(value, value)  # type: ignore[arg-type]
 
 
-def _assert_equal_to_inspect(db: Path, scored_log, run_id: str, name: str) -> None:
+def _assert_equal_to_inspect(
+    db: Path, scored_log, run_id: str, name: str, stored: str | None = None
+) -> None:
+    """gradebook's scores of the log (stored under `stored`, default `name`) are Inspect's."""
     reference = kit.inspect_scores(scored_log, name)
-    ours = _ours(db, run_id, name)
+    ours = _ours(db, run_id, stored or name)
     assert set(ours) == set(reference)
     for key, (value, answer) in reference.items():
         status, our_value, our_answer, _ = ours[key]
@@ -85,12 +88,13 @@ def test_choice_match_and_a_file_scorer_grade_as_inspect_does_at_eval_time(
     db = tmp_path / "w.duckdb"
     out = tmp_path / "scored"
     # choice and match: the logs' own scorers (no --verifier); chunks of 3 so the worker
-    # processes grade them, not this one
-    for name in ("choice", "match"):
+    # processes grade them, not this one. The log's match(numeric=True) is stored under its
+    # variant's name; its scored copy names it `match`, as the log does (below)
+    for name, stored in (("choice", "choice"), ("match", "match[numeric=true]")):
         scored, plain = runs[name]
         score_flow([plain.location], str(db), workers=2, chunk_size=3, progress=False,
                    scored_log_dir=str(out))  # fmt: skip
-        _assert_equal_to_inspect(db, scored, plain.eval.eval_id, name)
+        _assert_equal_to_inspect(db, scored, plain.eval.eval_id, name, stored)
     # the team's scorer from its file (a log never makes gradebook import its task file)
     scored, plain = runs["last_word"]
     score_flow([plain.location], str(db), verifiers=[f"{scorer_file}@last_word"],

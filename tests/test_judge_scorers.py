@@ -10,45 +10,19 @@ saved transcripts, with the model under test never called again.
 from __future__ import annotations
 
 import json
-import re
 import sys
-import textwrap
-import threading
 from pathlib import Path
 
 import cli_kit
 import inspect_scorer_kit as kit
+import judge_kit as jk
 import pytest
 
 from flows.mock_server import scripted_server
 from warehouse import Warehouse
 
-QUESTIONS = {1: "2+2", 2: "3+3", 3: "4+4", 4: "5+5", 5: "6+6", 6: "7+7"}
-TARGETS = {1: "4", 2: "6", 3: "8", 4: "10", 5: "12", 6: "14"}
-ANSWERS = {1: "5", 2: "7", 3: "8", 4: "10", 5: "12", 6: "14"}  # 1 and 2 are wrong
-FAILING = {1: 500, 2: 429, 3: "hang"}  # the judge fails on 1, 2 (both wrong) and 3
-
-TASK = textwrap.dedent(
-    """
-    from inspect_ai import Task, task
-    from inspect_ai.dataset import MemoryDataset, Sample
-    from inspect_ai.solver import generate
-
-    QUESTIONS = {questions!r}
-    TARGETS = {targets!r}
-
-
-    @task
-    def sums():
-        return Task(
-            dataset=MemoryDataset([
-                Sample(id=i, input=f"Q{{i}}: what is {{q}}?", target=TARGETS[i])
-                for i, q in QUESTIONS.items()
-            ]),
-            solver=generate(),
-        )
-    """
-)
+QUESTIONS, TARGETS, ANSWERS = jk.QUESTIONS, jk.TARGETS, jk.ANSWERS
+Judge, _generator, _config = jk.Judge, jk.generator, jk.config
 
 
 @pytest.fixture(autouse=True)
@@ -56,71 +30,6 @@ def _own_registry():
     path = list(sys.path)
     yield from kit.isolated_registry()
     sys.path[:] = path
-
-
-class Judge:
-    """A scripted OpenAI-compatible judge: grades "[Submission]" against "[Criterion]", fails
-    the chosen questions while `down`, and records each request's question as it arrives."""
-
-    def __init__(self, verdict: str = "compare") -> None:
-        self.down = True
-        self.failing: dict[int, int | str] = dict(FAILING)
-        self.verdict = verdict
-        self.arrived: list[int] = []
-        self.back = threading.Event()
-        self._lock = threading.Lock()
-
-    def __call__(self, model: str, messages: list[dict]) -> str | int:
-        text = str(messages[-1].get("content", ""))
-        question = int(re.search(r"Q(\d+):", text).group(1))
-        with self._lock:
-            self.arrived.append(question)
-        failure = self.failing.get(question) if self.down else None
-        if failure == "hang":
-            self.back.wait(30)  # past the judge's timeout; ends when the test says so
-            return 504
-        if failure is not None:
-            return int(failure)
-        if self.verdict == "none":
-            return "The submission looks reasonable to me."
-        submission = re.search(r"\[Submission\]: (.*)", text).group(1).strip()
-        criterion = re.search(r"\[Criterion\]: (.*)", text).group(1).strip()
-        if self.verdict == "always_c":
-            return "GRADE: C"
-        return "Reasoning done.\nGRADE: " + ("C" if submission == criterion else "I")
-
-    def recover(self) -> None:
-        self.down = False
-        self.back.set()
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.arrived)
-
-
-def _generator(model: str, messages: list[dict]) -> str:
-    question = int(re.search(r"Q(\d+):", str(messages[-1].get("content", ""))).group(1))
-    return ANSWERS[question]
-
-
-def _config(tmp_path: Path, gen_url: str, judge_url: str, judge_model: str = "j") -> dict:
-    task_file = tmp_path / "sums.py"
-    task_file.write_text(TASK.format(questions=QUESTIONS, targets=TARGETS))
-    return {
-        "name": "judged",
-        "log_dir": "logs",
-        "warehouse": "w.duckdb",
-        "models": [{"name": "m", "model": "openai-api/gen/m", "base_url": gen_url,
-                    "retry_on_error": 0}],
-        "tasks": [{"task": f"{task_file}@sums", "verifiers": ["model_graded_qa"]}],
-        "model_roles": {"grader": {
-            "model": f"openai-api/judge/{judge_model}", "base_url": judge_url,
-            # one layer of retries (Inspect's), short, so the outage test takes seconds
-            "args": {"max_retries": 0},
-            "config": {"max_retries": 1, "attempt_timeout": 2, "max_connections": 4},
-        }},
-        "gates": {"max_unscored_rate": 0.1, "max_regression": None},
-    }  # fmt: skip
 
 
 def _latest(db: Path, run_id: str) -> dict[str, tuple[str, float | None, str | None]]:
@@ -429,6 +338,16 @@ def test_score_and_rescore_take_the_judge_as_model_role(
     assert judge.count() == 12
 
 
+def _stored_rows(*questions: int) -> list[tuple]:
+    """The case's samples as a grading worker gets them from the warehouse (SampleRow)."""
+    return [
+        (ANSWERS[i], [TARGETS[i]], "{}", str(i),
+         json.dumps({"messages": [], "input": f"Q{i}: what is {QUESTIONS[i]}?",
+                     "model": "openai-api/gen/m", "epoch": 1}))
+        for i in questions
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "failure, cause",
     [
@@ -461,12 +380,7 @@ def test_every_way_a_judge_call_fails_is_grader_failed(
                                  "args": {"max_retries": 0},
                                  "config": {"max_retries": 1, "attempt_timeout": 1}}},
         }  # fmt: skip
-        rows = [
-            (ANSWERS[i], [TARGETS[i]], "{}", str(i),
-             json.dumps({"messages": [], "input": f"Q{i}: what is {QUESTIONS[i]}?",
-                         "model": "openai-api/gen/m", "epoch": 1}))
-            for i in (1, 4)
-        ]  # fmt: skip
+        rows = _stored_rows(1, 4)
         try:
             results = grade_chunk(InspectGrade(json.dumps(spec)), rows, 30.0)
         finally:
@@ -480,3 +394,81 @@ def test_every_way_a_judge_call_fails_is_grader_failed(
         assert second[4] == "grader_failed"
     else:
         assert second[:2] == ("scored", 1.0)
+
+
+def test_a_failing_judge_call_is_one_request_per_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inspect retries a judge call (`config.max_retries`); the OpenAI SDK under it retried
+    each attempt twice more by itself, so "failed after 3 attempts" was 9 requests. A binding
+    as a config or `--model-role` makes it (`RoleModel.to_json`) turns the SDK's retries off."""
+    from flows.config import RoleModel
+    from flows.grading_pool import grade_chunk
+    from scorers.inspect_scorers.grading import InspectGrade
+
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
+    judge = Judge()
+    judge.failing = {1: 500}
+    with scripted_server(judge, models=["j"]) as server:
+        role = RoleModel(model="openai-api/judge/j", base_url=server.base_url,
+                         config={"max_retries": 2, "attempt_timeout": 5}).to_json()  # fmt: skip
+        spec = {"kind": "registry", "scorer": "model_graded_qa", "params": {},
+                "roles": {"grader": role}}  # fmt: skip
+        rows = _stored_rows(1, 4)
+        try:
+            failed, judged = grade_chunk(InspectGrade(json.dumps(spec)), rows, 120.0)
+        finally:
+            judge.recover()
+    attempts = json.loads(failed[5])["judge"]  # Inspect records one call per attempt
+    assert failed[4] == "grader_failed" and "after 3 attempt(s)" in failed[3]
+    assert judge.arrived.count(1) == len(attempts) == 3  # requests == attempts
+    assert judge.arrived.count(4) == 1 and judged[:2] == ("scored", 1.0)
+
+
+@pytest.mark.slow
+def test_a_partial_rejudge_reports_its_own_flips_apart_from_the_logs_and_the_runs_totals(
+    prefect_api, tmp_path: Path, servers
+) -> None:
+    """A log Inspect scored at eval time with a lenient judge (every answer C), graded again
+    by gradebook's judge, which fails on sample 1: healing re-judges that one sample. Its summary
+    must not list the other samples' disagreements with the log as this pass's flips, and must
+    say where the whole run stands, not only the one row it wrote."""
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.scorer import model_graded_qa
+    from inspect_ai.solver import generate
+
+    _, judge, judge_server = servers
+    judge.failing = {1: 500}
+    dataset = MemoryDataset(
+        [Sample(id=i, input=f"Q{i}: what is {q}?", target=TARGETS[i]) for i, q in QUESTIONS.items()]
+    )
+    task = Task(dataset=dataset, solver=generate(), scorer=model_graded_qa())
+    [log] = inspect_eval(
+        task, model=kit.scripted([ANSWERS[i] for i in sorted(ANSWERS)]),
+        model_roles={"grader": kit.scripted(["GRADE: C"])},
+        log_dir=str(tmp_path / "logs"), display="none",
+    )  # fmt: skip
+    env = cli_kit.shell_env(tmp_path / "home", api_url=prefect_api)
+    role = json.dumps({"model": "openai-api/judge/j", "base_url": judge_server.base_url,
+                       "config": {"max_retries": 0, "attempt_timeout": 60}})  # fmt: skip
+    scored = cli_kit.gradebook("score", log.location, "--db", "w.duckdb", "--model-role",
+                               f"grader={role}", env=env, cwd=tmp_path)  # fmt: skip
+    assert scored.code == 0, scored.stdout + scored.stderr
+    assert "1 sample unscored (grader_failed 1)" in scored.stdout
+    [heal] = [line.strip() for line in scored.stdout.splitlines() if " rescore " in line]
+    judge.recover()
+
+    healed = cli_kit.run(["/bin/sh", "-c", heal], env, tmp_path)
+    assert healed.code == 0, healed.stdout + healed.stderr
+    assert judge.arrived.count(1) == 2, (scored.stdout, healed.stdout)  # failed, then judged
+    lines = healed.stdout.splitlines()
+    [row] = [line for line in lines if line.startswith("│ model_graded_qa")]
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[3:] == ["1", "1", "0", "1"]  # samples, retries, flipped 0, vs log 1
+    assert not [line for line in lines if line.strip().startswith("flip ")]
+    [against_log] = [line for line in lines if line.strip().startswith("vs log ")]
+    assert "#1.1: 1.0 -> 0.0" in against_log  # the log said C; the judge, back, says I
+    assert (
+        "model_graded_qa: this pass graded 1 sample(s) (1 scored, 0 not); its 1 run now: "
+        "6 scored, 0 unscored, 0 errored of 6, accuracy 66.7% (strict 66.7%)"
+    ) in healed.stdout

@@ -553,6 +553,7 @@ def test_cli_ingest_sql_and_export(log, tmp_path):
             "samples",
             "score_history",
             "scores",
+            "verifier_specs",
             "verifiers",
         )
     ]

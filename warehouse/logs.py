@@ -17,6 +17,7 @@ per-member limit is refused (it is read whole).
 from __future__ import annotations
 
 import hashlib
+import re
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -54,10 +55,23 @@ def is_remote(path: str) -> bool:
 
 
 def expand_log_paths(paths: Iterable[str | Path]) -> list[str]:
-    """Paths with each local directory replaced by the Inspect logs under it (recursively,
-    what Inspect's own `list_eval_logs` finds: `.eval` files, and `.json` files named like
-    Inspect's logs), in path order. Other paths pass unchanged; a log named twice (a file and
-    its directory) is kept once.
+    """`find_logs(paths)`'s logs."""
+    return find_logs(paths)[0]
+
+
+# an Inspect JSON log starts with its format version and status (EvalLog's first fields)
+_JSON_LOG_START = re.compile(rb'\A\s*\{\s*"version"\s*:\s*\d+\s*,\s*"status"\s*:')
+_NOT_REPORTED = ("logs.json",)  # Inspect's own listing of a log dir
+
+
+def find_logs(paths: Iterable[str | Path]) -> tuple[list[str], list[str]]:
+    """Paths with each local directory replaced by the Inspect logs under it (recursively), in
+    path order, and the files under those directories that were skipped as not being logs.
+
+    A directory's logs are what Inspect's own `list_eval_logs` finds (`.eval` files, `.json`
+    files named like Inspect's logs) and every other `.json` file whose content starts as an
+    Inspect log does (`{"version": N, "status": ...`): a log renamed by hand is still a log.
+    Other paths pass unchanged; a log named twice (a file and its directory) is kept once.
 
     Raises:
         LogReadError: a directory holds no Inspect log.
@@ -65,22 +79,42 @@ def expand_log_paths(paths: Iterable[str | Path]) -> list[str]:
     from inspect_ai.log import list_eval_logs
 
     out: list[str] = []
+    skipped: list[str] = []
     for p in paths:
         path = str(p)
         if is_remote(path) or not Path(path).is_dir():
             out.append(path)
             continue
-        found = sorted(
-            info.name.removeprefix("file://")
+        found = {
+            str(Path(info.name.removeprefix("file://")))
             for info in list_eval_logs(path, recursive=True, descending=False)
-        )
+        }
+        for file in sorted(Path(path).rglob("*")):
+            if not file.is_file() or str(file) in found or _hidden(file, Path(path)):
+                continue
+            if file.suffix == ".json" and _looks_like_json_log(file):
+                found.add(str(file))
+            elif file.name not in _NOT_REPORTED:
+                skipped.append(str(file))
         if not found:
             raise LogReadError(
-                f"{path}: no Inspect logs in this directory (.eval files, or .json logs named "
-                "like Inspect's); pass a log directory or log files"
+                f"{path}: no Inspect logs in this directory (.eval files, or .json logs); "
+                "pass a log directory or log files"
             )
-        out.extend(found)
-    return list(dict.fromkeys(out))
+        out.extend(sorted(found))
+    return list(dict.fromkeys(out)), skipped
+
+
+def _hidden(file: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in file.relative_to(root).parts)
+
+
+def _looks_like_json_log(file: Path) -> bool:
+    try:
+        with open(file, "rb") as f:
+            return bool(_JSON_LOG_START.match(f.read(4096)))
+    except OSError:
+        return False
 
 
 def server_of(header: EvalLog) -> str:

@@ -23,7 +23,7 @@ from warehouse.metric_views import QUERY_VIEWS_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
 from warehouse.score_attempts import RETRY_ATTEMPTS_SQL
 from warehouse.task_state_columns import TASK_STATE_SQL
-from warehouse.verifier_modules import VERIFIER_MODULE_SQL
+from warehouse.verifier_modules import VERIFIER_MODULE_SQL, VERIFIER_SPECS_SQL
 
 
 @dataclass(frozen=True)
@@ -226,6 +226,7 @@ MIGRATIONS: list[Migration] = [
         TASK_STATE_SQL,
     ),
     Migration("judge_usage view: judge calls and tokens per run", JUDGE_USAGE_SQL),
+    Migration("verifier_specs: the sealed spec that rebuilds each verifier", VERIFIER_SPECS_SQL),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -18,7 +18,9 @@ scored before); `gradebook score LOG` scores them with the task's own scorers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +37,9 @@ __all__ = [
     "RecordedScorer",
     "recorded_scorers",
     "recorded_table",
+    "inspect_names",
     "stored_name",
+    "variant_name",
 ]
 
 # gradebook's bundled verifiers: an Inspect scorer of the same name (Inspect's own `math()`) is
@@ -49,6 +53,29 @@ def stored_name(name: str, qualified: str | None = None) -> str:
     if name in RESERVED_NAMES:
         return qualified if qualified and qualified != name else f"inspect_ai/{name}"
     return name
+
+
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,24}")
+
+
+def variant_name(name: str, params: Mapping[str, Any] | None) -> str:
+    """The name a scorer's rows are stored under when it has params: `match[numeric=true]`,
+    `model_graded_qa[instructions=3f9a2c]` (a long or structured value by 6 hex digits of its
+    JSON), so two variants of one scorer never share a name, and each variant's name is the
+    same in every command; `name` itself without params."""
+    if not params:
+        return name
+    parts = []
+    for key in sorted(params):
+        value = params[key]
+        if isinstance(value, str) and _PLAIN_VALUE.fullmatch(value):
+            text = value
+        elif value is None or isinstance(value, bool | int | float):
+            text = json.dumps(value)
+        else:
+            text = hashlib.sha256(canonical_json(value).encode()).hexdigest()[:6]
+        parts.append(f"{key}={text}")
+    return f"{name}[{','.join(parts)}]"
 
 
 @dataclass(frozen=True)
@@ -85,6 +112,21 @@ def _options_by_name(header: Any) -> dict[str, dict[str, Any]]:
     return found
 
 
+def inspect_names(header: Any) -> dict[str, str]:
+    """The name gradebook stores each of a log's own scorers under -> the key Inspect gives its
+    scores in the log (`match[numeric=true]` -> `match`): what a scored copy names them by."""
+    out: dict[str, str] = {}
+    for key, info in _options_by_name(header).items():
+        options = info["options"]
+        out.setdefault(_stored_as(key, info["scorer"], options), key)
+    return out
+
+
+def _stored_as(key: str, scorer: str, options: dict[str, Any]) -> str:
+    short = scorer.rsplit("/", 1)[-1]
+    return variant_name(stored_name(short if options else key, scorer), options)
+
+
 def recorded_scorers(header: Any, keys: Iterable[str]) -> dict[str, RecordedScorer]:
     """Score key -> its RecordedScorer, for the keys the samples of a log hold."""
     version = (header.eval.packages or {}).get("inspect_ai") or "unknown"
@@ -98,7 +140,8 @@ def recorded_scorers(header: Any, keys: Iterable[str]) -> dict[str, RecordedScor
         digest = hashlib.sha256(
             canonical_json({"scorer": info["scorer"], "options": options}).encode()
         ).hexdigest()[:12]
-        name = stored_name(key, info["scorer"])
+        # a variant with params: its own name, as gradebook's re-score of it is stored
+        name = _stored_as(key, info["scorer"], options)
         out[key] = RecordedScorer(
             name=name,
             fingerprint=f"{RECORDED_PREFIX}inspect_ai-{version}:{digest}",

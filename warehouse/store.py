@@ -48,6 +48,7 @@ from warehouse.schema import (
 )
 from warehouse.score_values import dict_key_rows
 from warehouse.task_state_columns import STATE_JSON_SQL
+from warehouse.verifier_modules import store_spec
 
 if TYPE_CHECKING:
     import warehouse.logs as logs
@@ -508,9 +509,13 @@ class Warehouse:
             True when this (name, digest) was not known before.
         """
         params = fp.params if not is_dataclass(fp.params) else asdict(fp.params)
+        spec = getattr(fp, "spec", None)
         with self.write() as con:
             if current:
                 _record_current(con, {fp.name: fp.digest})
+            if spec:
+                # the spec that rebuilds it in any later command, sealed as this user's
+                store_spec(con, fp.name, fp.digest, spec)
             known = one(
                 con.execute(
                     "SELECT count(*) FROM wh.verifiers WHERE name = ? AND fingerprint = ?",
@@ -519,7 +524,6 @@ class Warehouse:
             )
             if known and known[0]:
                 return False
-            spec = getattr(fp, "spec", None)
             con.execute(
                 "INSERT INTO wh.verifiers (name, fingerprint, label, source, params, first_seen, "
                 "module, spec) VALUES (?, ?, ?, ?, ?, now(), ?, ?)",

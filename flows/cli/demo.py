@@ -19,7 +19,14 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.cli.pipeline import VerboseOption, _run_flow, print_gate_problems, summary_table
+from flows.cli.pipeline import (
+    VerboseOption,
+    _run_flow,
+    print_gate_problems,
+    print_heal,
+    summary_table,
+)
+from flows.heal import unscored_in_rows
 from flows.mock_server import scripted_server
 from flows.runtime.console import console, quiet_prefect
 from flows.runtime.envvars import environ_set
@@ -175,18 +182,9 @@ def run_demo(directory: Path) -> int:
     db, toml = cfg.warehouse, directory / "demo.toml"
     # counted from the summary (latest attempts): the sweep's own retry leaves a second
     # unscored row per sample in the history, which is not a second sample
-    outage = sum(r.unscored_reasons.get("sandbox_unavailable", 0) for r in result.rows)
-    if outage:
-        console.print(
-            f"\n[yellow]{outage} code samples unscored (sandbox_unavailable):[/yellow] the Docker "
-            "sandbox was not available, so their tests never ran. Start it with `make services` "
-            "(Docker Engine + the sandbox image), then grade them from the saved transcripts "
-            "(no model calls) and gate again:"
-        )
-        _print_commands(
-            command("rescore", "--db", db, "--retry-unscored"), command("gate", "--config", toml)
-        )
-    elif not any(t.needs_docker for t in tasks):
+    unscored = unscored_in_rows(result.rows)
+    print_heal(db, unscored, ["gate", "--config", str(toml)])
+    if not unscored and not any(t.needs_docker for t in tasks):
         console.print(
             "\n[dim]The HumanEval task is not part of this build (tasks/code.py not found).[/dim]"
         )

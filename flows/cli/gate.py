@@ -42,13 +42,16 @@ def _load_modules(modules: list[str] | None, db: Path | None = None) -> None:
     except VerifierLoadError as exc:
         raise _fail(str(exc)) from None
     if db is not None:
-        load_warehouse_scorers(db)  # the Inspect scorers it records, by registry name
+        rebuild_stored(db)
 
 
-def load_warehouse_scorers(db: Path) -> None:
-    from flows.verifier_modules import load_warehouse_scorers as load
+def rebuild_stored(db: Path) -> None:
+    """Rebuild every verifier the warehouse stores a spec of (flows.stored_verifiers); say on
+    stderr where a flag given here overrides a stored spec (stdout may be --json)."""
+    from flows.stored_verifiers import rebuild
 
-    load(db)
+    for note in rebuild(db).overridden.values():
+        typer.echo(f"note: {note}", err=True)
 
 
 def _rules(
@@ -176,7 +179,7 @@ def gate(
         Warehouse(db).check()  # a bad --db is one line now, not after the imports below
     except WarehouseError as exc:
         raise _fail(str(exc)) from None
-    load_warehouse_scorers(db)  # the Inspect scorers it records, by registry name
+    rebuild_stored(db)  # every verifier it stores a spec of, where the trust rule allows
     # Imported here: the gate stage pulls in Prefect (seconds) that `--help` never needs.
     from flows.gate import evaluate_gates, overall_exit_code
 
@@ -193,7 +196,29 @@ def gate(
             _print(r)
         word = {0: "PASS", 1: "FAIL", 2: "CANNOT EVALUATE"}[code]
         _OUT.print(f"gate: {word} (exit {code})")
+        _print_heal(db, results)
     raise typer.Exit(code)
+
+
+def _print_heal(db: Path, results: list[GateResult]) -> None:
+    """Samples the gated runs hold unscored for a retryable reason: the command that grades
+    them again, then this very gate (flows.heal)."""
+    import sys
+
+    from flows.cli.pipeline import print_heal
+    from flows.heal import retryable_unscored
+
+    left = [
+        u
+        for r in results
+        for u in retryable_unscored(
+            db, {s: m["fingerprint"] for s, m in r.metrics.items()}, [r.run_id]
+        )
+    ]
+    again = sys.argv[1:]  # this command as it was typed
+    if again[:1] != ["gate"]:  # called in-process (a test's CliRunner)
+        again = ["gate", "--db", str(db), *(a for r in results for a in ("--run", r.run_id))]
+    print_heal(db, left, again)
 
 
 def report(

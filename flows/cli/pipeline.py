@@ -47,8 +47,8 @@ RetryOption = Annotated[
     bool,
     typer.Option(
         "--retry-unscored",
-        help="Also grade again samples left unscored for an infrastructure reason "
-        "(sandbox_unavailable, timeout, verifier_error); old rows stay.",
+        help="Also grade again samples left unscored for a reason a retry can fix "
+        "(grader_failed, sandbox_unavailable, timeout, verifier_error); old rows stay.",
     ),
 ]
 
@@ -200,6 +200,25 @@ def print_gate_problems(result: Any) -> None:
             console.print(f"  [yellow]gate[/yellow] {where}: {escape(problem)}", soft_wrap=True)
 
 
+def print_heal(db: Path | str, unscored: list[Any], gate: list[str] | None) -> None:
+    """The samples left unscored for a retryable reason, and the command that grades exactly
+    those again (flows.heal); nothing when there are none."""
+    from flows.heal import heal_lines
+
+    lines = heal_lines(db, unscored, gate)
+    if lines:
+        console.print(f"\n[yellow]{escape(lines[0])}[/yellow]", soft_wrap=True)
+    for line in lines[1:]:
+        # a command to paste: never folded, never read as markup
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+def _print_heal_runs(db: Path, left: list[Any]) -> None:
+    """`print_heal`, then the gate of the runs that hold those samples."""
+    runs = [a for run in sorted({u.run_id for u in left}) for a in ("--run", run)]
+    print_heal(db, left, ["gate", "--db", str(db), *runs])
+
+
 def _rule_text(rule: Any) -> str:
     detail = getattr(rule, "detail", None) or getattr(rule, "message", None)
     return str(detail) if detail else str(rule)
@@ -225,16 +244,12 @@ def _with_judges(modules: list[str] | None, roles: list[str], entries: list) -> 
 
 
 def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> None:
-    """Import the verifier modules the user named (and the Inspect scorers the warehouse
-    records by registry name), then check every verifier asked for is loaded or is an Inspect
-    scorer spec; a failure is one line that names the module or name and the fix (exit 2)."""
-    from flows.verifier_modules import (
-        VerifierLoadError,
-        load_modules,
-        load_warehouse_scorers,
-        recorded_modules,
-        unknown_verifiers,
-    )
+    """Import the verifier modules the user named (and rebuild every verifier the warehouse
+    stores a spec of, flows.stored_verifiers), then check every verifier asked for is loaded or
+    is an Inspect scorer spec; a failure is one line that names the module or name and the fix
+    (exit 2)."""
+    from flows.stored_verifiers import rebuild, unknown_verifiers
+    from flows.verifier_modules import VerifierLoadError, load_modules, recorded_modules
     from flows.verifier_specs import names_for_entries
     from scorers.inspect_scorers.specs import SpecError
 
@@ -242,7 +257,8 @@ def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> No
         load_modules(modules)
     except VerifierLoadError as exc:
         raise _fail(str(exc)) from None
-    load_warehouse_scorers(db)
+    for note in rebuild(db).overridden.values():  # a flag given here wins, and says so
+        console.print(f"note: {escape(note)}", soft_wrap=True)
     problem = unknown_verifiers(names, db)
     if problem:
         try:  # not a loaded verifier: an Inspect scorer the user names (trusted)
@@ -317,7 +333,23 @@ def sweep(
     print_gate_problems(result)
     if result.stopped is not None:
         _print_stopped(result)
+    else:
+        from flows.heal import unscored_in_rows
+
+        print_heal(cfg.warehouse, unscored_in_rows(result.rows), ["gate", "--config", str(config)])
     raise typer.Exit(result.exit_code)
+
+
+def print_skipped(skipped: list[str]) -> None:
+    """One line naming the files under the given directories that are not Inspect logs."""
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (
+            f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        )
+        err_console.print(
+            f"note: skipped {len(skipped)} file(s) that are not Inspect logs: {escape(shown)}",
+            soft_wrap=True,
+        )
 
 
 def _print_stopped(result: Any) -> None:
@@ -357,7 +389,8 @@ def generate(
 
 def score(
     logs: Annotated[
-        list[Path], typer.Argument(help="Inspect .eval logs, or directories of logs, to score.")
+        list[Path],
+        typer.Argument(help="Inspect logs (.eval or .json), or directories of logs, to score."),
     ],
     db: DbOption = Path("gradebook.duckdb"),
     verifier: Annotated[
@@ -384,7 +417,7 @@ def score(
     set_limits(max_member_mb, max_log_mb, max_inflate_ratio)  # every read of a log below
     missing = [str(p) for p in logs if not p.exists()]
     if missing:
-        raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval files")
+        raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval or .json logs")
     _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
     if model_role:
         from flows.model_roles import log_entries
@@ -419,12 +452,13 @@ def score(
     _check_readable([p for p in logs if p.is_file()], len(logs))
     quiet_prefect(verbose)  # before Prefect is first imported
     from flows.score import run_score
-    from warehouse.logs import LogReadError, expand_log_paths
+    from warehouse.logs import LogReadError, find_logs
 
     try:
-        paths = expand_log_paths(logs)
+        paths, skipped = find_logs(logs)
     except LogReadError as exc:
         raise _fail(str(exc)) from None
+    print_skipped(skipped)
     _load_verifiers(verifier_module, verifier or [], db)
     if not verifier:
         _check_logs_scorers(paths, db)
@@ -470,6 +504,10 @@ def score(
             "were graded; run the command again once it is saved[/yellow]",
             soft_wrap=True,
         )
+    from flows.heal import retryable_unscored
+
+    fingerprints = {s.scorer: s.fingerprint for s in summaries if s.fingerprint}
+    _print_heal_runs(db, retryable_unscored(db, fingerprints, {s.run_id for s in summaries}))
     _print_problems(summaries.problems)
     if summaries.problems:
         raise typer.Exit(2)
@@ -496,13 +534,13 @@ def rescore(
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
     from flows.rescore_plan import plan_rescore, record_current
-    from flows.verifier_modules import recorded_spec_entries, unloaded_verifiers
+    from flows.stored_verifiers import judge_entries, unloaded
 
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
     _check_warehouse(db)
     if model_role:
-        verifier_module = _with_judges(verifier_module, model_role, recorded_spec_entries(db))
+        verifier_module = _with_judges(verifier_module, model_role, judge_entries(db))
     _load_verifiers(verifier_module, scorer or [], db)
     # planned from the warehouse first: with nothing to do, no flow run (and no Prefect) at all
     plans = _no_op(lambda: plan_rescore(db, scorer, retry_unscored=retry_unscored)) or []
@@ -525,23 +563,16 @@ def rescore(
             lock_timeout=lock_timeout,
         )
     table = Table(title="rescore" + (" (dry run)" if dry_run else ""), title_justify="left")
-    for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flipped"):
+    for col in ("scorer", "fingerprint", "runs", "samples", "retries", "flipped", "vs log"):
         table.add_column(col)
     for p in plans:
-        flips = "–" if dry_run or not p.changed else str(p.flipped_samples)
+        ran = not dry_run and p.changed
         table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
-                      str(p.retries), flips)  # fmt: skip
+                      str(p.retries), str(p.flipped_samples) if ran else "–",
+                      str(p.differs_from_recorded) if ran else "–")  # fmt: skip
     console.print(table)
-    from flows.rescore_plan import MAX_FLIPS_SHOWN
-
     for p in plans:
-        for f in p.flips[:MAX_FLIPS_SHOWN]:
-            console.print(
-                f"  flip {p.scorer} {f['run_id'][:10]} #{f['sample_id']}.{f['epoch']}: "
-                f"{f['old_value']} -> {f['new_value']}  ({f['new_explanation']})"
-            )
-        if len(p.flips) > MAX_FLIPS_SHOWN:
-            console.print(f"  … {len(p.flips) - MAX_FLIPS_SHOWN} more: SELECT * FROM grade_flips")
+        _print_flips(p)
     from flows.runtime.interrupts import exit_code, stop_signal
 
     stopped = stop_signal()
@@ -551,20 +582,47 @@ def rescore(
         console.print(rescore_stop_line(plans), soft_wrap=True)
         raise typer.Exit(exit_code(stopped))
     # verifiers that scored this warehouse but are not loaded here were not checked
-    for name, fix in [] if scorer else sorted(unloaded_verifiers(db).items()):
+    for name, fix in [] if scorer else sorted(unloaded(db).items()):
         console.print(f"  not checked: verifier {name!r} is not loaded here: {fix}", soft_wrap=True)
     if not any(p.changed for p in plans):
         console.print(
             "nothing to re-score: every verifier's fingerprint is current"
             + (" and no sample is unscored for a retryable reason" if retry_unscored else "")
         )
+    if not dry_run:
+        from flows.heal import retryable_unscored
+
+        _print_heal_runs(db, retryable_unscored(db, {p.scorer: p.digest for p in plans}))
+
+
+def _print_flips(plan: Any) -> None:
+    """What one verifier's pass changed (`flip`: against gradebook's own older verdicts), apart
+    from where it disagrees with the scores the logs recorded, then where its runs stand."""
+    from flows.rescore_plan import MAX_FLIPS_SHOWN
+
+    for kind, flips, query in (
+        ("flip", plan.flips, "SELECT * FROM grade_flips"),
+        ("vs log", plan.recorded_flips,
+         "SELECT * FROM grade_flips WHERE starts_with(old_fingerprint, 'recorded:')"),
+    ):  # fmt: skip
+        for f in flips[:MAX_FLIPS_SHOWN]:
+            console.print(
+                f"  {kind} {plan.scorer} {f['run_id'][:10]} #{f['sample_id']}.{f['epoch']}: "
+                f"{f['old_value']} -> {f['new_value']}  ({f['new_explanation']})",
+                markup=False,
+            )
+        if len(flips) > MAX_FLIPS_SHOWN:
+            console.print(f"  … {len(flips) - MAX_FLIPS_SHOWN} more: {query}", markup=False)
+    outcome = plan.outcome()
+    if outcome:
+        console.print(f"  {outcome}", markup=False, soft_wrap=True)
 
 
 def verifiers(
     db: DbOption = Path("gradebook.duckdb"), verifier_module: ModulesOption = None
 ) -> None:
     """List verifiers: name, current fingerprint, label, first seen, samples graded."""
-    from flows.verifier_modules import unloaded_verifiers
+    from flows.stored_verifiers import unloaded
     from scorers.identity.fingerprint import fingerprint
     from scorers.registry import all_verifiers
     from warehouse import Warehouse, WarehouseError
@@ -618,8 +676,7 @@ def verifiers(
             if other == name and d != digest:
                 older = "recorded in a log" if d in recorded else "(older)"
                 table.add_row("", _short(d), f"[dim]{older}[/dim]", str(f or "–"), str(m), "")
-    unloaded = unloaded_verifiers(db)
-    for name, fix in sorted(unloaded.items()):
+    for name, fix in sorted(unloaded(db).items()):
         rows = sorted((d, f, m) for (other, d), (f, m) in seen.items() if other == name)
         for i, (d, f, m) in enumerate(rows or [("–", None, 0)]):
             label = f"[yellow]not loaded:[/yellow] {escape(fix)}" if i == 0 else ""

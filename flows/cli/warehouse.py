@@ -61,14 +61,16 @@ def ingest(
     max_inflate_ratio: MaxRatioOption = None,
 ) -> None:
     """Ingest Inspect logs into the warehouse (idempotent; a grown log adds only new samples)."""
-    from warehouse.logs import LogReadError, expand_log_paths
+    from flows.cli.pipeline import print_skipped
+    from warehouse.logs import LogReadError, find_logs
 
     set_limits(max_member_mb, max_log_mb, max_inflate_ratio)
 
     try:
-        paths = expand_log_paths(logs)
+        paths, skipped = find_logs(logs)
     except LogReadError as exc:
         raise _fail(str(exc)) from None
+    print_skipped(skipped)
     wh = Warehouse(db, lock_timeout_s=lock_timeout)
     try:
         results = wh.ingest_logs(paths, progress=progress)

@@ -53,6 +53,10 @@ class VerifierFingerprint:
     params: the verifier's parameters.
     module: the verifier's module (`Verifier.module`): what `--verifier-module` imports to
         register it again.
+    spec: how to rebuild it in another command (what the warehouse stores, `stored_spec`):
+        `Verifier.spec` for an Inspect scorer, `{"kind": "module", ...}` for a verifier a
+        user's module registers, None for gradebook's bundled ones; with `stored_as` (its
+        name) and, for a file or module, the `sha256` of the file's bytes.
     """
 
     name: str
@@ -253,9 +257,29 @@ def _fingerprint(
         source=source,
         params=json.loads(params_json),
         module=verifier.module,
-        spec=dict(verifier.spec) if verifier.spec is not None else None,
+        spec=_stored_spec(verifier, sources),
     )
     return fp, sources
+
+
+def _stored_spec(verifier: Verifier, sources: dict[str, _Source]) -> dict[str, Any] | None:
+    """What rebuilds the verifier in another command (flows.stored_verifiers): its spec, the
+    name it is stored under, and the sha256 of the file that defines it, so a file is only
+    imported again while it holds the bytes that graded (a later edit needs the user's word)."""
+    src = sources.get(verifier.module)
+    if verifier.spec is not None:
+        spec = dict(verifier.spec)
+    elif verifier.module.split(".")[0] in _BUNDLED or src is None:
+        return None  # gradebook's own verifiers are always loaded
+    else:
+        spec = {"kind": "module", "module": verifier.module, "file": str(src.path)}
+    spec["stored_as"] = verifier.name
+    if spec.get("kind") in ("file", "module") and src is not None:
+        spec["sha256"] = hashlib.sha256(src.read()).hexdigest()
+    return spec
+
+
+_BUNDLED = ("scorers",)  # the package of gradebook's own verifiers
 
 
 def _reject(value: Any) -> Any:

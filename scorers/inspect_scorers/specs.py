@@ -13,12 +13,15 @@ In a config an entry may also be a table `{scorer = "...", params = {...}, name 
 Trust: a log or a warehouse may come from elsewhere, and Inspect's own re-scoring imports the
 task file a log names. Here built-in and installed-package scorers are resolved by registry name
 only, and a file is imported only when the user gave its path (a config, `--verifier`,
-`--verifier-module`, or a task file the user's config names): `resolve(..., trusted=False)`
-refuses a file spec that this process has not already loaded for the user.
+`--verifier-module`, a task file the user's config names, or a spec the user's own command
+stored and sealed, which flows.stored_verifiers resolves as trusted): `resolve(...,
+trusted=False)` refuses a file spec that this process has not already loaded for the user.
 
 A spec becomes a registered `Verifier` (scorers.registry) named like Inspect names the scorer's
 scores in a log (its unqualified registry name: `match`, `aime_scorer`; `inspect_ai/math` for a
-scorer named like one of gradebook's own verifiers), or the spec's `name`. The verifier's
+scorer named like one of gradebook's own verifiers), followed by its params when it has any
+(`match[numeric=true]`: warehouse.recorded_scores.variant_name), or the spec's `name`: one name
+per variant, the same in every command. The verifier's
 fingerprint covers the scorer's code (a file's AST and the project modules it imports, or an
 installed module's AST and its distribution's version), gradebook's TaskState rebuild and
 value conversion (and so the inspect_ai version), and the params.
@@ -182,6 +185,7 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
             f"scorer {spec.scorer!r} is defined in {spec.file}, which gradebook never imports "
             f"because a log or warehouse names it: pass --verifier-module {spec.file}@{spec.scorer}"
         )
+    spec = _qualified(spec)
     factory, registry_name, module = resolve_factory(spec)
     _check_roles(spec, factory, registry_name, trusted=trusted)
     try:
@@ -199,7 +203,7 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
         raise SpecError(f"scorer {spec.shown()}: params must be JSON values") from None
     if spec.file is None:
         spec = ScorerSpec(spec.scorer, spec.params, None, spec.name, module, spec.roles)
-    name = spec.name or _stored_name(registry_name)
+    name = spec.name or _stored_name(registry_name, spec.params)
     clash = all_verifiers().get(name)
     if clash is not None and (clash.spec is None or clash.spec != spec.to_json()):
         what = "a gradebook verifier" if clash.spec is None else "another scorer spec"
@@ -279,10 +283,51 @@ def _check_roles(spec: ScorerSpec, factory: Any, registry_name: str, *, trusted:
             )
 
 
-def _stored_name(registry_name: str) -> str:
-    from warehouse.recorded_scores import stored_name
+def _stored_name(registry_name: str, params: Mapping[str, Any]) -> str:
+    """Its unqualified registry name, with its params when it has any (`match[numeric=true]`):
+    the same name in every command for the same spec, and never one name for two variants."""
+    from warehouse.recorded_scores import stored_name, variant_name
 
-    return stored_name(registry_name.rsplit("/", 1)[-1], registry_name)
+    return variant_name(stored_name(registry_name.rsplit("/", 1)[-1], registry_name), params)
+
+
+def _qualified(spec: ScorerSpec) -> ScorerSpec:
+    """A registry spec named without its package (`class_eval_scorer`) and not an Inspect
+    built-in: the scorer of that name of the one installed package that provides it (found
+    through the packages' Inspect entry points, as Inspect finds `inspect_evals/NAME`).
+
+    Raises:
+        SpecError: several installed packages provide a scorer of that name.
+    """
+    if spec.file or "/" in spec.scorer or not spec.scorer:
+        return spec
+    import inspect_ai.scorer  # noqa: F401 - registers the built-ins: found without entry points
+    from inspect_ai._util.entrypoints import ensure_entry_points
+    from inspect_ai._util.registry import registry_find, registry_info, registry_lookup
+
+    if registry_lookup("scorer", spec.scorer) is not None:
+        return spec
+    ensure_entry_points()  # every installed package's Inspect entry point
+    found = sorted(
+        {
+            registry_info(o).name
+            for o in registry_find(
+                lambda info: (
+                    info.type == "scorer"
+                    and info.name.rsplit("/", 1)[-1] == spec.scorer
+                    and "/" in info.name
+                )
+            )
+        }
+    )
+    if len(found) > 1:
+        raise SpecError(
+            f"scorer {spec.scorer!r} is defined by several installed packages "
+            f"({', '.join(found)}): name one of them"
+        )
+    if not found:
+        return spec
+    return ScorerSpec(found[0], spec.params, None, spec.name, None, spec.roles)
 
 
 def inspect_verifier_specs() -> dict[str, dict[str, Any]]:
@@ -323,12 +368,13 @@ def task_scorer_specs(task: Any) -> list[ScorerSpec]:
         module = _sys.modules.get(getattr(scorer, "__module__", "") or "")
         path = getattr(module, "__file__", None) if module is not None else None
         short = info.name.rsplit("/", 1)[-1]
-        name = _unique(short, used)
+        plain = _stored_name(info.name, params)
+        name = _unique(plain, used)
         if path and loaded_code.is_recorded_path(str(path)):
             specs.append(ScorerSpec(short, params, file=str(Path(path).resolve()),
-                                    name=name if name != short else None))  # fmt: skip
+                                    name=name if name != plain else None))  # fmt: skip
         else:
-            specs.append(ScorerSpec(info.name, params, name=name if name != short else None))
+            specs.append(ScorerSpec(info.name, params, name=name if name != plain else None))
     return specs
 
 
@@ -348,9 +394,9 @@ def log_scorer_specs(header: Any) -> list[ScorerSpec]:
                 found.append((score.scorer, dict(score.params or {})))
     specs, used = [], []
     for scorer, options in found:
-        short = scorer.rsplit("/", 1)[-1]
-        name = _unique(short, used)
-        specs.append(ScorerSpec(scorer, options, name=name if name != short else None))
+        plain = _stored_name(scorer, options)
+        name = _unique(plain, used)  # the same scorer twice with the same params: `match1`
+        specs.append(ScorerSpec(scorer, options, name=name if name != plain else None))
     return specs
 
 
