@@ -24,6 +24,7 @@ from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
 from warehouse.score_attempts import RETRY_ATTEMPTS_SQL
 from warehouse.task_state_columns import TASK_STATE_SQL
 from warehouse.verifier_modules import VERIFIER_MODULE_SQL
+from warehouse.workspace_views import WORKSPACE_VIEWS_SQL
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,10 @@ MIGRATIONS: list[Migration] = [
         TASK_STATE_SQL,
     ),
     Migration("judge_usage view: judge calls and tokens per run", JUDGE_USAGE_SQL),
+    Migration(
+        "workspaces and sandbox_calls views: agents' workspaces, scorers' calls",
+        WORKSPACE_VIEWS_SQL,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

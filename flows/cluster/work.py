@@ -19,7 +19,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.config import ModelConfig, TaskConfig
+from flows.config import ModelConfig, TaskConfig, WorkspacesConfig
 from flows.generate import GenerationResult, run_generation
 
 __all__ = [
@@ -62,6 +62,7 @@ def cluster_generate(
     log_dir: str,
     manifest: str,
     sweep: str | None = None,
+    workspaces: dict[str, Any] | None = None,
 ) -> int:
     """Generate (never score) every task with one model on this worker.
 
@@ -71,13 +72,15 @@ def cluster_generate(
         log_dir: the shared log directory the .eval logs go to.
         manifest: where to write the list of GenerationResults (JSON) for the dispatcher.
         sweep: the sweep's name, recorded in each log's metadata.
+        workspaces: the config's `[workspaces]` as JSON (its store on shared storage too).
 
     Returns:
         How many (model, task) results were recorded.
     """
     model_cfg = ModelConfig.model_validate(model)
     task_cfgs = [TaskConfig.model_validate(t) for t in tasks]
-    results = run_generation(model_cfg, task_cfgs, Path(log_dir), sweep=sweep)
+    ws = WorkspacesConfig.model_validate(workspaces) if workspaces else None
+    results = run_generation(model_cfg, task_cfgs, Path(log_dir), sweep=sweep, workspaces=ws)
     _write_json_atomically(Path(manifest), [asdict(r) for r in results])
     return len(results)
 

@@ -35,6 +35,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,7 +199,14 @@ class LiveContainer:
 
 
 def create_container(
-    client: Any, image: str, limits: SandboxLimits, *, user: str, owner: str
+    client: Any,
+    image: str,
+    limits: SandboxLimits,
+    *,
+    user: str,
+    owner: str,
+    workdirs: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> LiveContainer:
     """Start one locked-down, labelled container whose main process is the watchdog.
 
@@ -208,17 +216,22 @@ def create_container(
         limits: resource caps.
         user: "uid:gid" of the container's main process (never root).
         owner: the owner label value (see `reap_orphans`).
+        workdirs: writable directories besides /work (absolute paths), each a tmpfs of
+            `limits.work_mb` owned by the sandbox uid: where a restored workspace goes when its
+            task's sandbox worked elsewhere (workspaces.restore). The root stays read-only.
+        labels: more labels (the sandbox and owner labels are always set).
     """
     from docker.types import Ulimit
 
     api = client.api
     sandbox_uid = sandbox_users().sandbox_uid
+    tmpfs = f"size={limits.work_mb}m,mode=0700,uid={sandbox_uid},gid={sandbox_uid}"
     host_config = api.create_host_config(
         init=True,
         auto_remove=True,
         network_mode="none",
         read_only=True,
-        tmpfs={"/work": f"size={limits.work_mb}m,mode=0700,uid={sandbox_uid},gid={sandbox_uid}"},
+        tmpfs={path: tmpfs for path in dict.fromkeys(["/work", *workdirs])},
         mem_limit=f"{limits.memory_mb}m",
         memswap_limit=f"{limits.memory_mb}m",
         pids_limit=limits.pids,
@@ -235,7 +248,7 @@ def create_container(
         _WATCHDOG,
         user=user,
         working_dir="/work",
-        labels={LABEL: "1", OWNER_LABEL: owner},
+        labels={**(labels or {}), LABEL: "1", OWNER_LABEL: owner},
         stdin_open=True,
         detach=False,
         host_config=host_config,

@@ -1,0 +1,433 @@
+"""Restore at scoring: a scorer that calls `sandbox()` gets a fresh container with the workspace
+its sample's agent left, captured at generation (workspaces.capture).
+
+`Sandboxes` is one sample's sandboxes while one scorer grades it. Within `provided()` Inspect's
+`sandbox()` and `sandbox("name")` return them (the scorer runs unchanged), each a
+`RecordingSandbox` (workspaces.evidence) over a `LazySandbox`, which on its first call:
+
+1. takes a place among the containers this process may run at once (`container_slots`: as many
+   as the sandbox pool runs, one per core),
+2. reads the archive its record names from the store, checks its sha256 and makes it canonical
+   again (a stored object is hostile input: workspaces.archive),
+3. starts a locked-down container from gradebook's sandbox image, exactly as the sandbox pool's
+   (no network, read-only root, capabilities dropped, non-root, memory/pids/CPU caps, a
+   lifeline that ends it with this process), with a tmpfs at each workspace path,
+4. unpacks the archive there as the sandbox uid (`archive.EXTRACT`).
+
+A sample whose log has no record (a log from elsewhere, or a task without a sandbox) gets a
+fresh container of the same image for any name it asks for: enough for a scorer that runs the
+completion's code. `aclose()` removes every container the sample started, whatever happened,
+also one still starting when the scorer was cancelled.
+
+What cannot be restored is not guessed at: the scorer's first sandbox call raises, and
+`settle()` turns the sample's result into `unscored` with the reason, whatever the scorer made
+of the exception: `sandbox_unavailable` (no Docker Engine or image; graded again by
+`--retry-unscored`), `workspace_not_captured` (capture failed at generation, with its reason),
+`workspace_missing` (the store does not hold the archive; also retried), `workspace_unusable`
+(the archive or the record is damaged or too large).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Union, overload
+
+from inspect_ai.util import ExecResult, SandboxEnvironment
+
+from scorers.sandbox.image import ImageBuildError, image_tag, sandbox_users
+from scorers.sandbox.pool import (
+    SandboxLimits,
+    SandboxUnavailable,
+    create_container,
+    engine_with_image,
+    owner_label,
+)
+from scorers.sandbox.provider import GradebookSandboxEnvironment
+from workspaces.archive import DEFAULT_MAX_BYTES, EXTRACT, ArchiveError, canonical, check_roots
+from workspaces.evidence import Evidence, RecordingSandbox
+from workspaces.record import STORE_KEY, SandboxRecord, WorkspaceRecord
+from workspaces.store import ObjectMissing, ObjectUnusable, WorkspaceStore
+
+__all__ = [
+    "RESTORE_LABEL",
+    "STORES_ENV",
+    "LazySandbox",
+    "RestoreSettings",
+    "Sandboxes",
+    "ScoringFailure",
+    "container_slots",
+]
+
+STORES_ENV = "GRADEBOOK_WORKSPACE_STORES"  # more store directories to look in (os.pathsep)
+RESTORE_LABEL = "gradebook.workspace"  # on every restore container: "restore"
+_EXTRACT_TIMEOUT_S = 120
+_MIB = 1024 * 1024
+
+Reason = Literal[
+    "sandbox_unavailable", "workspace_not_captured", "workspace_missing", "workspace_unusable"
+]
+
+
+class ScoringFailure(Exception):
+    """A sample's sandbox could not be given to its scorer: `reason` is the unscored reason."""
+
+    def __init__(self, reason: Reason, explanation: str) -> None:
+        super().__init__(explanation)
+        self.reason = reason
+        self.explanation = explanation
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    """The sandbox a sandbox scorer's samples are restored into (its image and limits are what
+    its fingerprint covers: scorers.inspect_scorers.sandboxed.sandbox_spec).
+
+    Attributes:
+        image: the image (gradebook's sandbox image unless GRADEBOOK_SANDBOX_IMAGE says).
+        limits: the container caps (the sandbox pool's).
+        max_bytes: cap on an archive read back from the store.
+        stores: more store directories, tried after the one a record names.
+    """
+
+    image: str
+    limits: SandboxLimits = SandboxLimits()
+    max_bytes: int = DEFAULT_MAX_BYTES
+    stores: tuple[str, ...] = ()
+
+    @classmethod
+    def here(cls) -> RestoreSettings:
+        stores = tuple(p for p in os.environ.get(STORES_ENV, "").split(os.pathsep) if p)
+        return cls(image=image_tag(), stores=stores)
+
+
+_SLOTS: dict[int, asyncio.Semaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def container_slots() -> asyncio.Semaphore:
+    """The running event loop's limit on samples holding restore containers at once: the
+    sandbox pool's own bound (one per core)."""
+    loop = asyncio.get_running_loop()
+    with _SLOTS_LOCK:
+        found = _SLOTS.get(id(loop))
+        if found is None:
+            found = _SLOTS[id(loop)] = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+        return found
+
+
+_CLIENT: list[Any] = []  # this process's Docker client, once an Engine has answered
+_CLIENT_LOCK = threading.Lock()
+
+
+def _client(image: str) -> Any:
+    """A Docker client whose Engine answers and holds `image` (one per process).
+
+    Raises:
+        SandboxUnavailable: no Engine, or no image.
+    """
+    with _CLIENT_LOCK:
+        client = _CLIENT[0] if _CLIENT else None
+        try:
+            client, _ = engine_with_image(image, client)
+        except ImageBuildError as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        except SandboxUnavailable:
+            _CLIENT.clear()
+            raise
+        if not _CLIENT:
+            _CLIENT.append(client)
+        return client
+
+
+class Sandboxes:
+    """One sample's sandboxes while one scorer grades it.
+
+    Args:
+        state_json: the sample's state as the scoring stage hands it over (its `store` holds
+            the workspace record); None: no record.
+        settings: where to restore (default: `RestoreSettings.here()`).
+    """
+
+    def __init__(self, state_json: str | None, settings: RestoreSettings | None = None) -> None:
+        self.settings = settings or RestoreSettings.here()
+        self.evidence = Evidence()
+        self.failure: ScoringFailure | None = None
+        self.record: WorkspaceRecord | None = None
+        self._bad_record: str | None = None
+        try:
+            # most samples have no record: a substring test spares parsing their whole state
+            state = json.loads(state_json) if state_json and STORE_KEY in state_json else {}
+            store = state.get("store") if isinstance(state, dict) else None
+            if isinstance(store, str):  # DuckDB hands a JSON column over as its text
+                store = json.loads(store)
+            self.record = WorkspaceRecord.from_store(store)
+        except (ValueError, TypeError) as exc:
+            self._bad_record = str(exc)[:300]
+        self._started: list[asyncio.Future[Any]] = []  # container starts, done or not
+        self._slot: asyncio.Semaphore | None = None
+        names = [s.name for s in self.record.sandboxes] if self.record else ["default"]
+        self.default = names[0] if "default" not in names else "default"
+        self.environments = _Environments(self, names, open_ended=self.record is None)
+
+    # -- what the scorer sees ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def provided(self) -> Iterator[None]:
+        """Within the block, Inspect's `sandbox()` returns this sample's sandboxes."""
+        from inspect_ai.util._sandbox.context import (
+            sandbox_default_context_var,
+            sandbox_environments_context_var,
+            sandbox_with_environments_context_var,
+        )
+
+        tokens = (
+            sandbox_environments_context_var.set(self.environments),
+            sandbox_with_environments_context_var.set({}),
+            sandbox_default_context_var.set(self.default),
+        )
+        try:
+            yield
+        finally:
+            sandbox_default_context_var.reset(tokens[2])
+            sandbox_with_environments_context_var.reset(tokens[1])
+            sandbox_environments_context_var.reset(tokens[0])
+
+    async def reserve(self) -> None:
+        """Take this sample's place among the containers (before its time limit starts, for a
+        scorer known to use a sandbox; else at its first sandbox call)."""
+        if self._slot is None:
+            slot = container_slots()
+            await slot.acquire()
+            self._slot = slot
+
+    def fail(self, failure: ScoringFailure) -> ScoringFailure:
+        if self.failure is None:
+            self.failure = failure
+        return failure
+
+    # -- the sample's end --------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Remove every container this sample started (waits for one still starting)."""
+        try:
+            for started in self._started:
+                try:
+                    env = await asyncio.shield(started)
+                except BaseException:  # noqa: BLE001, S112 - a start that failed left nothing
+                    continue
+                await asyncio.get_running_loop().run_in_executor(None, env._container.remove)
+        finally:
+            self._started.clear()
+            if self._slot is not None:
+                self._slot.release()
+                self._slot = None
+
+    def settle(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The sample's result row (flows.grading_pool's ResultRow) with the sandbox evidence
+        in its metadata, and `unscored` with the failure's reason if a sandbox could not be
+        given (whatever the scorer returned after the exception)."""
+        used = self.evidence.total or self.evidence.restored or self.failure
+        if not used:
+            return row
+        try:
+            meta = json.loads(row[5]) if row[5] else {}
+        except (TypeError, ValueError):
+            meta = {}
+        meta = meta if isinstance(meta, dict) else {}
+        meta["sandbox"] = self.evidence.to_json()
+        text = json.dumps(meta, default=str)
+        if self.failure is not None:
+            return ("unscored", None, None, self.failure.explanation[:300], self.failure.reason,
+                    text, row[6])  # fmt: skip
+        return (*row[:5], text, row[6])
+
+    # -- restoring ---------------------------------------------------------------------------
+
+    def _archive(self, record: SandboxRecord) -> tuple[bytes, list[str], list[Any]]:
+        """The canonical archive a record names, from the first store that has it."""
+        if self.record is None or not record.digest:
+            raise ScoringFailure("workspace_unusable", "the workspace record names no archive")
+        try:
+            roots = check_roots(record.paths)
+        except ArchiveError as exc:
+            raise ScoringFailure("workspace_unusable", f"workspace record: {exc}") from None
+        stores = [self.record.store, *self.settings.stores]
+        data = None
+        for root in stores:
+            try:
+                data = WorkspaceStore(root).get(record.digest, self.settings.max_bytes)
+                break
+            except ObjectMissing:
+                continue
+            except ObjectUnusable as exc:
+                raise ScoringFailure("workspace_unusable", str(exc)) from None
+            except OSError as exc:  # an unreadable store: as if it were not there
+                _ = exc
+                continue
+        if data is None:
+            raise ScoringFailure(
+                "workspace_missing",
+                f"workspace {record.digest[:12]} of sandbox {record.name!r} is in none of the "
+                f"stores {', '.join(stores)}: mount the store there, or name its directory in "
+                f"{STORES_ENV}, then grade again with --retry-unscored",
+            )
+        try:
+            clean = canonical(data, roots, max_bytes=self.settings.max_bytes)
+        except ArchiveError as exc:
+            raise ScoringFailure("workspace_unusable", f"workspace archive: {exc}") from None
+        return clean.data, roots, list(clean.skipped)
+
+    def _start(self, name: str, roots: list[str], size: int) -> GradebookSandboxEnvironment:
+        """A started restore container (blocking: run in a thread)."""
+        client = _client(self.settings.image)
+        limits = self.settings.limits
+        if size:
+            # room for the restored files on top of the sandbox's own work space
+            extra = math.ceil(size / _MIB) + 1
+            limits = SandboxLimits(**{**asdict(limits), "work_mb": limits.work_mb + extra})
+        harness = sandbox_users().harness_uid
+        container = create_container(
+            client,
+            self.settings.image,
+            limits,
+            user=f"{harness}:{harness}",
+            owner=owner_label(),
+            workdirs=[r for r in roots if r != "/work" and not r.startswith("/work/")],
+            labels={RESTORE_LABEL: "restore"},
+        )
+        workdir = roots[0] if roots else "/work"
+        return GradebookSandboxEnvironment(client, container, self.settings.image, workdir)
+
+    async def start(self, name: str) -> GradebookSandboxEnvironment:
+        """The container of sandbox `name`, restored (the first call of a LazySandbox).
+
+        Raises:
+            ScoringFailure: as the module says.
+        """
+        t0 = time.perf_counter()
+        if self._bad_record is not None:
+            raise self.fail(ScoringFailure("workspace_unusable", self._bad_record))
+        record = self.record.named(name) if self.record is not None else None
+        if record is not None and record.status != "captured":
+            raise self.fail(
+                ScoringFailure(
+                    "workspace_not_captured",
+                    f"sandbox {name!r} was not captured at generation: {record.error or 'no reason given'}",
+                )
+            )
+        loop = asyncio.get_running_loop()
+        data, roots, skipped = b"", ["/work"], []
+        if record is not None:
+            try:
+                data, roots, skipped = await loop.run_in_executor(None, self._archive, record)
+            except ScoringFailure as exc:
+                raise self.fail(exc) from None
+        await self.reserve()
+        started = loop.run_in_executor(None, self._start, name, roots, len(data))
+        self._started.append(started)
+        try:
+            env = await asyncio.shield(started)
+        except SandboxUnavailable as exc:
+            raise self.fail(ScoringFailure("sandbox_unavailable", str(exc))) from None
+        except Exception as exc:  # noqa: BLE001 - the Engine refused the container
+            raise self.fail(
+                ScoringFailure("sandbox_unavailable", f"could not start a sandbox container: {exc}")
+            ) from None
+        restored: dict[str, Any] = {"image": self.settings.image, "paths": roots}
+        if record is not None:
+            result = await env.exec(
+                ["python3", "-I", "-S", "-c", EXTRACT, *roots],
+                input=data,
+                cwd="/",
+                timeout=_EXTRACT_TIMEOUT_S,
+            )
+            if not result.success:
+                raise self.fail(
+                    ScoringFailure(
+                        "workspace_unusable",
+                        f"restoring sandbox {name!r} failed: {result.stderr.strip()[-300:]}",
+                    )
+                )
+            restored |= {"digest": record.digest, "files": int(result.stdout.strip() or 0)}
+            if skipped:
+                restored["skipped"] = [f"{s.path} ({s.why})" for s in skipped]
+        else:
+            restored["fresh"] = True  # nothing was captured: the image as it is
+        restored["seconds"] = round(time.perf_counter() - t0, 4)
+        self.evidence.restored[name] = restored
+        return env
+
+
+class _Environments(dict):  # type: ignore[type-arg]
+    """A sample's sandboxes by name, as Inspect's context holds them. With no record (nothing
+    was captured) any name a scorer asks for is a fresh sandbox of its own."""
+
+    def __init__(self, owner: Sandboxes, names: list[str], *, open_ended: bool) -> None:
+        super().__init__({n: self._make(owner, n) for n in names})
+        self._owner = owner
+        self._open = open_ended
+
+    @staticmethod
+    def _make(owner: Sandboxes, name: str) -> RecordingSandbox:
+        return RecordingSandbox(name, LazySandbox(owner, name), owner.evidence)
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        if name not in self and self._open and isinstance(name, str):
+            self[name] = self._make(self._owner, name)
+        return super().get(name, default)
+
+
+class LazySandbox(SandboxEnvironment):
+    """Sandbox `name` of a sample: started and restored at its first call."""
+
+    def __init__(self, owner: Sandboxes, name: str) -> None:
+        super().__init__()
+        self._owner = owner
+        self._name = name
+        self._env: GradebookSandboxEnvironment | None = None
+        self._lock = asyncio.Lock()
+
+    async def _ready(self) -> GradebookSandboxEnvironment:
+        if self._env is None:
+            async with self._lock:
+                if self._env is None:
+                    self._env = await self._owner.start(self._name)
+        return self._env
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
+        box = await self._ready()
+        return await box.exec(cmd, input, cwd, env, user, timeout, timeout_retry, concurrency)
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        await (await self._ready()).write_file(file, contents)
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> Union[str | bytes]:  # noqa: UP007
+        return await (await self._ready()).read_file(file, text)  # type: ignore[call-overload]
+
+    @classmethod
+    async def sample_cleanup(cls, *args: Any, **kwargs: Any) -> None:
+        """Not a provider: `Sandboxes.aclose` removes the containers."""
