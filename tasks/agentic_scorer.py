@@ -19,11 +19,11 @@ def repo_tests():
     async def score(state: TaskState, target: Target) -> Score:
         result = await sandbox().exec(TEST_COMMAND, cwd="repo", timeout=60)
         lines = (result.stderr or result.stdout).strip().splitlines()
+        last = lines[-1] if lines else "no output"
         return Score(
             value=CORRECT if result.success else INCORRECT,
-            answer=lines[-1] if lines else "",
-            explanation=f"{' '.join(TEST_COMMAND)}: exit {result.returncode}\n"
-            + "\n".join(lines[-15:]),
+            answer=last,
+            explanation=f"`{' '.join(TEST_COMMAND)}` exited {result.returncode}: {last}",
         )
 
     return score

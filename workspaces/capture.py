@@ -174,7 +174,8 @@ async def _capture_one(
     roots: list[str] = []
     try:
         async with asyncio.timeout(settings.timeout_s):
-            roots = check_roots(list(paths) or [await _workdir(env)])
+            base["workdir"] = await _workdir(env)
+            roots = check_roots(list(paths) or [base["workdir"]])
             raw, complaints = await _read_tar(env, roots, settings.max_bytes + _TAR_SLACK)
         archive: Canonical = await anyio.to_thread.run_sync(
             lambda: canonical(raw, roots, max_bytes=settings.max_bytes)

@@ -32,6 +32,8 @@ class SandboxRecord(BaseModel):
         name: the sandbox's name (`sandbox("name")`; "default" for the only one).
         status: "captured", or "failed" (capture went wrong; `error` says how).
         paths: the workspace roots archived (absolute paths in the sandbox).
+        workdir: the sandbox's working directory (where a relative path or a command with no
+            `cwd` goes; restored the same).
         provider: the sandbox provider ("gradebook", "docker", ...).
         image: the image its container ran, when the provider says.
         config: the task's sandbox config (a file name and its sha256, or the config's fields).
@@ -51,6 +53,7 @@ class SandboxRecord(BaseModel):
     name: str
     status: Literal["captured", "failed"]
     paths: list[str] = Field(default_factory=list)
+    workdir: str | None = None
     provider: str | None = None
     image: str | None = None
     config: Any = None

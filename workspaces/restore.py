@@ -285,7 +285,9 @@ class Sandboxes:
             raise ScoringFailure("workspace_unusable", f"workspace archive: {exc}") from None
         return clean.data, roots, list(clean.skipped)
 
-    def _start(self, name: str, roots: list[str], size: int) -> GradebookSandboxEnvironment:
+    def _start(
+        self, name: str, roots: list[str], size: int, workdir: str
+    ) -> GradebookSandboxEnvironment:
         """A started restore container (blocking: run in a thread)."""
         client = _client(self.settings.image)
         limits = self.settings.limits
@@ -294,16 +296,20 @@ class Sandboxes:
             extra = math.ceil(size / _MIB) + 1
             limits = SandboxLimits(**{**asdict(limits), "work_mb": limits.work_mb + extra})
         harness = sandbox_users().harness_uid
+        writable = [r for r in roots if r != "/work" and not r.startswith("/work/")]
+        if workdir != "/" and not any(
+            workdir == r or workdir.startswith(r + "/") for r in ["/work", *roots]
+        ):
+            writable.append(workdir)  # the working directory, empty, as a fresh sandbox has it
         container = create_container(
             client,
             self.settings.image,
             limits,
             user=f"{harness}:{harness}",
             owner=owner_label(),
-            workdirs=[r for r in roots if r != "/work" and not r.startswith("/work/")],
+            workdirs=writable,
             labels={RESTORE_LABEL: "restore"},
         )
-        workdir = roots[0] if roots else "/work"
         return GradebookSandboxEnvironment(client, container, self.settings.image, workdir)
 
     async def start(self, name: str) -> GradebookSandboxEnvironment:
@@ -324,14 +330,15 @@ class Sandboxes:
                 )
             )
         loop = asyncio.get_running_loop()
-        data, roots, skipped = b"", ["/work"], []
+        data, roots, skipped, workdir = b"", ["/work"], [], "/work"
         if record is not None:
             try:
                 data, roots, skipped = await loop.run_in_executor(None, self._archive, record)
+                workdir = _workdir(record.workdir, roots)
             except ScoringFailure as exc:
                 raise self.fail(exc) from None
         await self.reserve()
-        started = loop.run_in_executor(None, self._start, name, roots, len(data))
+        started = loop.run_in_executor(None, self._start, name, roots, len(data), workdir)
         self._started.append(started)
         try:
             env = await asyncio.shield(started)
@@ -364,6 +371,21 @@ class Sandboxes:
         restored["seconds"] = round(time.perf_counter() - t0, 4)
         self.evidence.restored[name] = restored
         return env
+
+
+def _workdir(recorded: str | None, roots: list[str]) -> str:
+    """The restored sandbox's working directory: the recorded one when it is a usable path
+    (the filesystem root, or a directory a workspace may be restored to), else /work."""
+    if recorded is None:
+        return "/work"
+    if recorded == "/":
+        return recorded
+    try:
+        return check_roots([recorded])[0]
+    except ArchiveError:
+        raise ScoringFailure(
+            "workspace_unusable", f"workspace record: working directory {recorded!r} is unusable"
+        ) from None
 
 
 class _Environments(dict):  # type: ignore[type-arg]
