@@ -61,23 +61,40 @@ def ticket_kind(ticket: int) -> str:
     return "careless" if ticket % 3 == 0 else "fix"
 
 
-def scripted_agent(input: list[Any], tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
-    """The next step of the scripted agent (a mockllm `custom_outputs` callable)."""
-    with _calls_lock:
-        calls[0] += 1
-    text = " ".join(str(getattr(m, "text", "")) for m in input if getattr(m, "role", "") == "user")
-    found = _TICKET.search(text)
-    kind = ticket_kind(int(found.group(1)) if found else 1)
-    done = sum(1 for m in input if getattr(m, "role", "") == "tool")
-    steps = _STEPS[kind]
-    if done < len(steps):
-        command = f"cd /work/repo && {steps[done]}"
-        output = ModelOutput.for_tool_call("mockllm/model", "bash", {"command": command})
-    else:
-        output = ModelOutput.from_content("mockllm/model", _REPLY[kind])
-    return output.model_copy(
-        update={"usage": ModelUsage(input_tokens=50, output_tokens=20, total_tokens=70)}
-    )
+# what a more thorough agent looks at first (`make_agent(explore=k)`), in turn
+_LOOKS = (
+    "ls -la",
+    "cat test_calc.py",
+    "grep -n 'def ' calc.py",
+    "python3 -B -m unittest 2>&1 | tail -n 3",
+)
+
+
+def make_agent(explore: int = 0) -> Any:
+    """A scripted agent (a mockllm `custom_outputs` callable) that first runs `explore`
+    read-only commands, then works its ticket."""
+
+    def agent(input: list[Any], tools: Any, tool_choice: Any, config: Any) -> ModelOutput:
+        with _calls_lock:
+            calls[0] += 1
+        users = (m for m in input if getattr(m, "role", "") == "user")
+        found = _TICKET.search(" ".join(str(getattr(m, "text", "")) for m in users))
+        kind = ticket_kind(int(found.group(1)) if found else 1)
+        done = sum(1 for m in input if getattr(m, "role", "") == "tool")
+        steps = [_LOOKS[i % len(_LOOKS)] for i in range(explore)] + _STEPS[kind]
+        if done < len(steps):
+            command = f"cd /work/repo && {steps[done]}"
+            output = ModelOutput.for_tool_call("mockllm/model", "bash", {"command": command})
+        else:
+            output = ModelOutput.from_content("mockllm/model", _REPLY[kind])
+        return output.model_copy(
+            update={"usage": ModelUsage(input_tokens=50, output_tokens=20, total_tokens=70)}
+        )
+
+    return agent
+
+
+scripted_agent = make_agent()  # the example's agent: straight to the ticket
 
 
 def scripted_agent_args() -> dict[str, Any]:
@@ -112,6 +129,6 @@ def fix_the_bug(tickets_n: int = 6) -> Task:
         solver=[system_message(SYSTEM), use_tools([bash(timeout=60)]), generate()],
         scorer=repo_tests(),
         sandbox="gradebook",
-        message_limit=20,
+        message_limit=100,
         metadata={"workspace_paths": ["/work/repo"]},
     )

@@ -127,23 +127,25 @@ _CLIENT: list[Any] = []  # this process's Docker client, once an Engine has answ
 _CLIENT_LOCK = threading.Lock()
 
 
-def _client(image: str) -> Any:
-    """A Docker client whose Engine answers and holds `image` (one per process).
+def _client(image: str, *, check: bool = False) -> Any:
+    """A Docker client whose Engine answered and held `image` (checked once per process, and
+    again with `check`: after a container failed to start).
 
     Raises:
         SandboxUnavailable: no Engine, or no image.
     """
     with _CLIENT_LOCK:
-        client = _CLIENT[0] if _CLIENT else None
+        if _CLIENT and not check:
+            return _CLIENT[0]
         try:
-            client, _ = engine_with_image(image, client)
+            client, _ = engine_with_image(image, _CLIENT[0] if _CLIENT else None)
         except ImageBuildError as exc:
+            _CLIENT.clear()
             raise SandboxUnavailable(str(exc)) from None
         except SandboxUnavailable:
             _CLIENT.clear()
             raise
-        if not _CLIENT:
-            _CLIENT.append(client)
+        _CLIENT[:] = [client]
         return client
 
 
@@ -301,15 +303,23 @@ class Sandboxes:
             workdir == r or workdir.startswith(r + "/") for r in ["/work", *roots]
         ):
             writable.append(workdir)  # the working directory, empty, as a fresh sandbox has it
-        container = create_container(
-            client,
-            self.settings.image,
-            limits,
-            user=f"{harness}:{harness}",
-            owner=owner_label(),
-            workdirs=writable,
-            labels={RESTORE_LABEL: "restore"},
-        )
+
+        def create(client: Any) -> Any:
+            return create_container(
+                client,
+                self.settings.image,
+                limits,
+                user=f"{harness}:{harness}",
+                owner=owner_label(),
+                workdirs=writable,
+                labels={RESTORE_LABEL: "restore"},
+            )
+
+        try:
+            container = create(client)
+        except Exception:  # noqa: BLE001 - the Engine or the image went away: say which
+            client = _client(self.settings.image, check=True)
+            container = create(client)
         return GradebookSandboxEnvironment(client, container, self.settings.image, workdir)
 
     async def start(self, name: str) -> GradebookSandboxEnvironment:

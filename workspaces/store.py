@@ -17,7 +17,7 @@ from pathlib import Path
 
 __all__ = ["ObjectMissing", "ObjectUnusable", "WorkspaceStore", "default_store"]
 
-_LEVEL = 10  # zstd level: workspaces are written once and read at every re-score
+_LEVEL = 3  # zstd's default: capture runs inside every sample's generation
 
 
 class ObjectMissing(FileNotFoundError):
@@ -47,6 +47,10 @@ class WorkspaceStore:
     def put(self, data: bytes, digest: str) -> int:
         """Store an archive (its sha256 is `digest`) unless it is there already.
 
+        Written to a temporary file and renamed into place: a process killed mid-write leaves
+        no object (only a `.tmp` file), never a partial one. Not fsynced: a killed process's
+        writes survive in the page cache, and the log naming the object is written after it.
+
         Returns:
             The compressed size of the stored object.
         """
@@ -61,8 +65,6 @@ class WorkspaceStore:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(compressed)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
