@@ -10,8 +10,8 @@ first runs K read-only commands (`--agent-steps`, default 8: a real coding agent
 it edits; SWE-style agents make tens of tool calls), then its 3 working steps.
 
 Rows:
-  - re-score N samples: gradebook's scoring stage (`score_runs`, as `gradebook rescore` runs it)
-    on a warehouse that holds their logs: per sample a fresh container, the captured workspace
+  - re-score N samples: gradebook's scoring stage (the score flow, as `gradebook score` and
+    `rescore` run it) on a warehouse that holds their logs: per sample a fresh container, the captured workspace
     restored, the scorer re-run; in samples/s. Anchor, measured in the same run: Inspect's only
     way to re-score a sandbox scorer, eval-retry with checkpoint resume where it works, else
     re-running the agent with the scripted model (`eval(..., score=True)`: the same tasks,
@@ -142,7 +142,7 @@ def generation(n: int, agent: Any, tmp: Path, repeat: int) -> tuple[list[float],
         plain.append(seconds)
         settings = CaptureSettings(store=tmp / "store")
         seconds, log = _timed(
-            lambda i=i: _eval(
+            lambda i=i, settings=settings: _eval(
                 with_capture(fix_the_bug(n), settings), agent, tmp / f"cap{i}", score=False
             )
         )
@@ -151,20 +151,19 @@ def generation(n: int, agent: Any, tmp: Path, repeat: int) -> tuple[list[float],
 
 
 def rescore(log: Any, tmp: Path, repeat: int) -> tuple[list[float], int]:
-    """Seconds of the scoring stage re-scoring the log's samples with the sandbox scorer (a
-    fresh warehouse each turn, the log ingested before the clock starts); correct count."""
-    from flows.score import ScoreOptions, score_runs
-    from flows.verifier_specs import names_for_entries
+    """Seconds of the scoring stage (a Prefect flow run, as `gradebook score` runs it) grading
+    the log's samples with the sandbox scorer (a fresh warehouse each turn, the log ingested
+    before the clock starts: the stage's ingest is then its no-op check); correct count."""
+    from flows.score import score_flow
     from warehouse import Warehouse
 
-    scorer = ROOT / "tasks" / "agentic_scorer.py"
-    (name,) = names_for_entries([f"{scorer}@repo_tests"], trusted=True)
+    entry = f"{ROOT / 'tasks' / 'agentic_scorer.py'}@repo_tests"
     times, correct = [], -1
     for i in range(repeat):
         db = str(tmp / f"rescore{i}.duckdb")
         Warehouse(db).ingest_logs([log.location])
         seconds, summaries = _timed(
-            lambda db=db: score_runs(db, {log.eval.eval_id: [name]}, ScoreOptions(progress=False))
+            lambda db=db: score_flow([log.location], db, [entry], progress=False)
         )
         times.append(seconds)
         got = sum(s.correct for s in summaries)

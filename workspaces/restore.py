@@ -123,29 +123,32 @@ def container_slots() -> asyncio.Semaphore:
         return found
 
 
-_CLIENT: list[Any] = []  # this process's Docker client, once an Engine has answered
+# this process's Docker clients whose Engine answered, by the environment that names the Engine
+_CLIENTS: dict[tuple[str | None, ...], Any] = {}
 _CLIENT_LOCK = threading.Lock()
+_ENGINE_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 
 
 def _client(image: str, *, check: bool = False) -> Any:
-    """A Docker client whose Engine answered and held `image` (checked once per process, and
-    again with `check`: after a container failed to start).
+    """A Docker client whose Engine answered and held `image` (checked once per process and
+    Engine, and again with `check`: after a container failed to start).
 
     Raises:
         SandboxUnavailable: no Engine, or no image.
     """
+    key = tuple(os.environ.get(name) for name in _ENGINE_ENV) + (image,)
     with _CLIENT_LOCK:
-        if _CLIENT and not check:
-            return _CLIENT[0]
+        if key in _CLIENTS and not check:
+            return _CLIENTS[key]
         try:
-            client, _ = engine_with_image(image, _CLIENT[0] if _CLIENT else None)
+            client, _ = engine_with_image(image, _CLIENTS.get(key))
         except ImageBuildError as exc:
-            _CLIENT.clear()
+            _CLIENTS.pop(key, None)
             raise SandboxUnavailable(str(exc)) from None
         except SandboxUnavailable:
-            _CLIENT.clear()
+            _CLIENTS.pop(key, None)
             raise
-        _CLIENT[:] = [client]
+        _CLIENTS[key] = client
         return client
 
 
