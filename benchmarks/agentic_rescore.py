@@ -69,7 +69,6 @@ def _eval(task: Any, agent: Any, log_dir: Path, *, score: bool, checkpoint: Any 
         log_dir=str(log_dir),
         display="none",
         score=score,
-        max_samples=len(task.dataset),
         **kwargs,
     )
     errors = [s.error.message for s in log.samples or [] if s.error is not None]

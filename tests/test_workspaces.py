@@ -27,12 +27,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 MODEL = ModelConfig(model="mockllm/model", args_from="workspace_kit:mock_args")
 
 
-def generate(tmp: Path, task: str, **workspaces) -> str:
+def generate(tmp: Path, task: str, args: dict | None = None, **workspaces) -> str:
     """One log of a kit task through the generate stage (capture on, store in tmp/store)."""
     settings = WorkspacesConfig(store=tmp / "store", **workspaces)
-    (result,) = run_generation(
-        MODEL, [TaskConfig(task=f"{kit.KIT}@{task}")], tmp / "logs", workspaces=settings
-    )
+    task_cfg = TaskConfig(task=f"{kit.KIT}@{task}", args=args or {})
+    (result,) = run_generation(MODEL, [task_cfg], tmp / "logs", workspaces=settings)
     assert result.status == "success" and result.errored == 0, result
     return str(result.log)
 
@@ -102,7 +101,7 @@ def test_named_sandboxes_are_each_restored_as_they_were_left(
 def test_a_failed_capture_does_not_fail_generation_and_leaves_sandbox_scorers_unscored(
     docker_sandbox, prefect_api, tmp_path
 ):
-    log = generate(tmp_path, "notes", max_mb=1)  # the agent leaves a 2 MiB file
+    log = generate(tmp_path, "notes", {"big_mb": 2}, max_mb=1)  # the agent leaves 2 MiB
     (box,) = read_eval_log(log).samples[0].store["gradebook_workspace"]["sandboxes"]
     assert box["status"] == "failed" and "larger than its cap" in box["error"]
     db = tmp_path / "gb.duckdb"
@@ -268,7 +267,10 @@ def test_a_log_from_elsewhere_is_scored_by_an_inspect_evals_sandbox_scorer(
                           log_dir=str(tmp_path / "logs"), display="none", score=False)  # fmt: skip
     env = shell_env(tmp_path / "home", api_url=prefect_api)
     db = tmp_path / "gb.duckdb"
-    ran = gradebook("score", log.location, "--db", str(db), env=env, cwd=tmp_path)
+    # the qualified name: the log names the bare `class_eval_scorer`, which gradebook resolves
+    # once installed packages' scorers are found by their bare names too (issue 30)
+    ran = gradebook("score", log.location, "--db", str(db), "--verifier",
+                    "inspect_evals/class_eval_scorer", env=env, cwd=tmp_path)  # fmt: skip
     assert ran.code == 0, ran.stderr
     assert q(db, "SELECT sample_id, status, value FROM latest_scores ORDER BY 1") == [
         ("none", "scored", 0.0),

@@ -108,7 +108,8 @@ def _provider(env: Any) -> str:
     from inspect_ai._util.registry import registry_info
 
     try:
-        return registry_info(type(env)).name
+        # as a task names it: "docker", "local", "gradebook" (not "inspect_ai/docker")
+        return registry_info(type(env)).name.rsplit("/", 1)[-1]
     except Exception:  # noqa: BLE001 - an unregistered class: its name
         return type(env).__name__
 

@@ -221,19 +221,26 @@ class Sandboxes:
     # -- the sample's end --------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Remove every container this sample started (waits for one still starting)."""
+        """Remove every container this sample started (waits for one still starting). Their
+        lifelines are closed first, which ends them: the sample's place among the containers
+        is free before Docker has finished removing them."""
+        containers = []
         try:
             for started in self._started:
                 try:
                     env = await asyncio.shield(started)
                 except BaseException:  # noqa: BLE001, S112 - a start that failed left nothing
                     continue
-                await asyncio.get_running_loop().run_in_executor(None, env._container.remove)
+                env._container.close_lifeline()  # noqa: SLF001 - its own container
+                containers.append(env._container)  # noqa: SLF001
         finally:
             self._started.clear()
             if self._slot is not None:
                 self._slot.release()
                 self._slot = None
+            loop = asyncio.get_running_loop()
+            for container in containers:
+                await loop.run_in_executor(None, container.remove)
 
     def settle(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
         """The sample's result row (flows.grading_pool's ResultRow) with the sandbox evidence

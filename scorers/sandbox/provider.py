@@ -108,11 +108,12 @@ class GradebookSandboxConfig(BaseModel, frozen=True):
     """The "gradebook" provider's config: the names of a sample's sandboxes (one container
     each; the first is the default)."""
 
-    environments: list[str] = Field(default_factory=lambda: ["default"], min_length=1)
+    # a tuple: Inspect hashes a task's sandbox spec, config included
+    environments: tuple[str, ...] = Field(default=("default",), min_length=1)
 
     @field_validator("environments")
     @classmethod
-    def _names(cls, v: list[str]) -> list[str]:
+    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if len(set(v)) != len(v) or not all(name.strip() for name in v):
             raise ValueError("environment names must be distinct and non-empty")
         return v
