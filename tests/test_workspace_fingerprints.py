@@ -15,7 +15,7 @@ import pytest
 from scorers.inspect_scorers.sandboxed import RESTORE_MODULE, sandbox_spec, uses_sandbox
 
 SANDBOX_SCORER = textwrap.dedent(
-    '''
+    """
     from inspect_ai.scorer import CORRECT, Score, scorer, accuracy
     from inspect_ai.util import sandbox
 
@@ -27,7 +27,7 @@ SANDBOX_SCORER = textwrap.dedent(
             return Score(value=CORRECT)
 
         return score
-    '''
+    """
 )
 
 

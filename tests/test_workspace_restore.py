@@ -134,8 +134,9 @@ def test_an_archive_inflating_past_its_cap_is_refused_and_the_sample_unscored(
             writer.write(b"\0" * (1 << 20))
     record = WorkspaceRecord(
         store=str(store.root),
-        sandboxes=[SandboxRecord(name="default", status="captured", paths=["/work"],
-                                 digest=digest)],  # fmt: skip
+        sandboxes=[
+            SandboxRecord(name="default", status="captured", paths=["/work"], digest=digest)
+        ],  # fmt: skip
     )
     boxes = Sandboxes(json.dumps({"store": {STORE_KEY: record.model_dump(mode="json")}}))
     with pytest.raises(Exception, match="inflates past its cap"):

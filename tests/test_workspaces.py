@@ -82,9 +82,7 @@ def test_a_sandbox_scorer_grades_the_workspace_the_agent_left(
     assert evidence["restored"]["default"]["files"] == 2
 
 
-def test_named_sandboxes_are_each_restored_as_they_were_left(
-    docker_sandbox, prefect_api, tmp_path
-):
+def test_named_sandboxes_are_each_restored_as_they_were_left(docker_sandbox, prefect_api, tmp_path):
     log = generate(tmp_path, "two_sandboxes")
     db = tmp_path / "gb.duckdb"
     score(log, db, f"{kit.scorer_file(tmp_path)}@both_desks")
@@ -258,8 +256,15 @@ def test_a_log_from_elsewhere_is_scored_by_an_inspect_evals_sandbox_scorer(
         )
 
     task = Task(
-        dataset=[Sample(id=k, input=f"Write the Stack class ({k})", target="",
-                        metadata={"test": kit.CLASS_TESTS}) for k in answers],  # fmt: skip
+        dataset=[
+            Sample(
+                id=k,
+                input=f"Write the Stack class ({k})",
+                target="",
+                metadata={"test": kit.CLASS_TESTS},
+            )
+            for k in answers
+        ],  # fmt: skip
         solver=generate_solver(),
         scorer=class_eval_scorer(),
     )
