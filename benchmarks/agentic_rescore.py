@@ -6,8 +6,10 @@
 The workload is the bundled agentic example (tasks/agentic.py): a scripted coding agent fixes a
 failing test through Inspect's `bash` tool in a gradebook sandbox (one container per sample),
 scored by running the repository's tests in the sandbox (tasks/agentic_scorer.py). The agent
-first runs K read-only commands (`--agent-steps`, default 8: a real coding agent looks before
-it edits; SWE-style agents make tens of tool calls), then its 3 working steps.
+first runs K read-only commands (`--agent-steps`, default 20: a coding agent looks before it
+edits, and SWE-style agents make tens of tool calls per sample), then its 3 working steps. The
+anchor's cost grows with K and, with a real model, with the model's latency per turn (zero
+here): the scripted model is the anchor's most favourable case.
 
 Rows:
   - re-score N samples: gradebook's scoring stage (the score flow, as `gradebook score` and
@@ -49,7 +51,7 @@ def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="6 samples, one turn each (a smoke run)")
     ap.add_argument("--samples", type=int, default=None)
-    ap.add_argument("--agent-steps", type=int, default=8, help="read-only agent steps first")
+    ap.add_argument("--agent-steps", type=int, default=20, help="read-only agent steps first")
     ap.add_argument("--repeat", type=int, default=None, help="turns of each timing (median)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
