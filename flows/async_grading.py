@@ -152,7 +152,7 @@ class _Grading:
             async with limit:
                 sandboxes = Sandboxes(row[4] if len(row) > 4 else None)
                 try:
-                    if boxed:
+                    if boxed and sandboxes.replay is None:
                         await sandboxes.reserve()
                     with sandboxes.provided():
                         graded = await grade_row(bound, row, timeout_s, watch)

@@ -287,3 +287,48 @@ def test_a_log_from_elsewhere_is_scored_by_an_inspect_evals_sandbox_scorer(
     assert fresh == [("true",)]
     assert q(db, "SELECT count(*) FROM workspaces") == [(0,)]
     assert json.loads(q(db, "SELECT params FROM verifiers")[0][0])["sandbox"]["image"]
+
+
+def test_a_judged_sandbox_scorer_is_rejudged_from_the_warehouse_alone(
+    docker_sandbox, prefect_api, tmp_path, monkeypatch
+):
+    """The judge fails after the sandbox calls were made: the samples are unscored
+    (grader_failed) with those calls as evidence. Judged again with the Docker Engine gone, they
+    are graded from the recorded calls: judge calls = samples, no container."""
+    from flows.mock_server import scripted_server
+    from flows.score import score_flow
+    from flows.verifier_specs import names_for_entries
+
+    log = generate(tmp_path, "notes")
+    broken = [True]
+    with scripted_server(kit.judge_script(broken), models=["j"]) as judge:
+        spec = {"kind": "file", "scorer": "judged_answer", "file": str(kit.scorer_file(tmp_path)),
+                "params": {}, "roles": {"grader": {
+                    "model": "openai-api/judge/j", "base_url": judge.base_url,
+                    "args": {"max_retries": 0},
+                    "config": {"max_retries": 1, "attempt_timeout": 5, "max_connections": 4}}}}  # fmt: skip
+        monkeypatch.setenv("JUDGE_API_KEY", "test")
+        (name,) = names_for_entries([spec], trusted=True)
+        db = tmp_path / "gb.duckdb"
+        score_flow([log], str(db), [name], workers=2, progress=False)
+        assert q(db, "SELECT DISTINCT status, reason FROM latest_scores") == [
+            ("unscored", "grader_failed")
+        ]
+        assert q(db, "SELECT count(*) FROM sandbox_calls WHERE exit_code = 0") == [(4,)]
+
+        broken[0] = False  # the judge is back; the Docker Engine is not
+        monkeypatch.setenv("DOCKER_HOST", _dead_socket(tmp_path))
+        before = judge.count()
+        score_flow([log], str(db), [name], workers=2, progress=False, retry_unscored=True)
+        assert judge.count() - before == 4  # one judge call per sample
+    assert q(
+        db, "SELECT sample_id, attempt, status, value, answer FROM current_scores ORDER BY 1"
+    ) == [  # fmt: skip
+        ("1", 2, "scored", 1.0, "1"),
+        ("2", 2, "scored", 1.0, "4"),
+        ("3", 2, "scored", 0.0, "0"),
+        ("4", 2, "scored", 1.0, "16"),
+    ]
+    replayed = q(db, "SELECT DISTINCT json_extract(metadata, '$.sandbox.restored.default') "
+                     "FROM current_scores")  # fmt: skip
+    assert [json.loads(r[0]) for r in replayed] == [{"replayed": True}]

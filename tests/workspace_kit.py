@@ -131,6 +131,23 @@ SCORERS = textwrap.dedent(
 
 
     @scorer(metrics=[accuracy()])
+    def judged_answer():
+        """A sandbox scorer with a judge: the judge reads what the sandbox showed."""
+        from inspect_ai.model import get_model
+
+        async def score(state: TaskState, target: Target) -> Score:
+            shown = (await sandbox().exec(["cat", "notes/answer.txt"])).stdout.strip()
+            reply = await get_model(role="grader").generate(
+                f"Is {shown} the answer to '{state.input_text}'? Reply YES or NO."
+            )
+            ok = reply.completion.strip().upper().startswith("YES")
+            return Score(value=CORRECT if ok else INCORRECT, answer=shown,
+                         explanation=reply.completion)
+
+        return score
+
+
+    @scorer(metrics=[accuracy()])
     def sleeper():
         async def score(state: TaskState, target: Target) -> Score:
             await sandbox().exec(["sleep", "600"], timeout=700)
@@ -169,3 +186,18 @@ RIGHT_CLASS = (
     "    def size(self):\n        return len(self.items)\n```"
 )
 WRONG_CLASS = RIGHT_CLASS.replace("self.items.pop()", "self.items[0]")
+
+
+def judge_script(broken: list[bool]):
+    """A judge for `judged_answer` (flows.mock_server): HTTP 500 while `broken[0]`, else YES when
+    the number shown is the square asked for."""
+    import re
+
+    def script(model: str, messages: list[dict]) -> str | int:
+        if broken[0]:
+            return 500
+        text = str(messages[-1].get("content", ""))
+        found = re.search(r"Is (\d+) the answer to 'square (\d+)'", text)
+        return "YES" if found and int(found.group(1)) == int(found.group(2)) ** 2 else "NO"
+
+    return script

@@ -52,12 +52,14 @@ SELECT run_id, sample_id, epoch, scorer, fingerprint, attempt, status, reason,
        calls[i]->>'$.op' AS op,
        TRY_CAST(json_extract(calls[i], '$.command') AS VARCHAR[]) AS command,
        calls[i]->>'$.cwd' AS cwd,
+       calls[i]->>'$.user' AS "user",
        calls[i]->>'$.path' AS path,
        TRY_CAST(calls[i]->>'$.exit_code' AS INTEGER) AS exit_code,
        calls[i]->>'$.stdout' AS stdout,
        calls[i]->>'$.stderr' AS stderr,
        calls[i]->>'$.content' AS content,
        calls[i]->>'$.error' AS error,
+       TRY_CAST(calls[i]->>'$.complete' AS BOOLEAN) AS complete,
        TRY_CAST(calls[i]->>'$.seconds' AS DOUBLE) AS duration_s
 FROM graded, range(1, coalesce(len(calls), 0) + 1) AS r(i);
 """

@@ -7,6 +7,11 @@ how long it took, and an error it raised. The calls go into the score row's meta
 `sandbox` (with what was restored), so they are in the warehouse (the `sandbox_calls` view) and
 in scored copies of the log: a judge reading them, or a person asking why a sample failed,
 needs no container.
+
+A call is `complete` when what it returned is kept whole (nothing cut, text not bytes), and
+names what it was given by sha256 (`input_sha256`, `contents_sha256`, `env_sha256`): a grading
+whose calls were all complete can be replayed from its evidence (workspaces.restore: a judge
+scorer whose judge failed is judged again from the warehouse alone, with no container).
 """
 
 from __future__ import annotations
@@ -21,6 +26,23 @@ __all__ = ["MAX_CALLS", "MAX_OUTPUT", "Evidence", "RecordingSandbox"]
 
 MAX_OUTPUT = 4000  # characters of stdout / stderr kept per call (head and tail)
 MAX_CALLS = 100  # calls kept per sample; the rest are counted
+
+
+def sha256_of(value: str | bytes | dict[str, str] | None) -> str | None:
+    """The sha256 of what a call was given (text as UTF-8, an env as sorted JSON); None: none."""
+    import hashlib
+    import json
+
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = json.dumps(value, sort_keys=True)
+    data = value.encode() if isinstance(value, str) else value
+    return hashlib.sha256(data).hexdigest()
+
+
+def _whole(*texts: str | bytes | None) -> bool:
+    return all(t is None or (isinstance(t, str) and len(t) <= MAX_OUTPUT) for t in texts)
 
 
 def _cut(text: str | bytes | None) -> str:
@@ -82,27 +104,31 @@ class RecordingSandbox(SandboxEnvironment):
         concurrency: bool = True,
     ) -> ExecResult[str]:
         t0 = time.perf_counter()
+        given = {"command": list(cmd), "cwd": cwd, "user": user,
+                 "input_sha256": sha256_of(input), "env_sha256": sha256_of(env or None)}  # fmt: skip
         try:
             result = await self._inner.exec(
                 cmd, input, cwd, env, user, timeout, timeout_retry, concurrency
             )
         except BaseException as exc:
-            self._note("exec", t0, command=list(cmd), cwd=cwd, exit_code=None,
+            self._note("exec", t0, **given, exit_code=None, complete=False,
                        error=f"{type(exc).__name__}: {str(exc)[:300]}")  # fmt: skip
             raise
-        self._note("exec", t0, command=list(cmd), cwd=cwd, exit_code=result.returncode,
-                   stdout=_cut(result.stdout), stderr=_cut(result.stderr))  # fmt: skip
+        self._note("exec", t0, **given, exit_code=result.returncode,
+                   stdout=_cut(result.stdout), stderr=_cut(result.stderr),
+                   complete=_whole(result.stdout, result.stderr))  # fmt: skip
         return result
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
         t0 = time.perf_counter()
+        given = {"path": file, "bytes": len(contents), "contents_sha256": sha256_of(contents)}
         try:
             await self._inner.write_file(file, contents)
         except BaseException as exc:
-            self._note("write_file", t0, path=file, bytes=len(contents),
+            self._note("write_file", t0, **given, complete=False,
                        error=f"{type(exc).__name__}: {str(exc)[:300]}")  # fmt: skip
             raise
-        self._note("write_file", t0, path=file, bytes=len(contents))
+        self._note("write_file", t0, **given, complete=True)
 
     @overload
     async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
@@ -115,10 +141,11 @@ class RecordingSandbox(SandboxEnvironment):
         try:
             data = await self._inner.read_file(file, text)  # type: ignore[call-overload]
         except BaseException as exc:
-            self._note("read_file", t0, path=file,
+            self._note("read_file", t0, path=file, text=text, complete=False,
                        error=f"{type(exc).__name__}: {str(exc)[:300]}")  # fmt: skip
             raise
-        self._note("read_file", t0, path=file, bytes=len(data), content=_cut(data))
+        self._note("read_file", t0, path=file, text=text, bytes=len(data), content=_cut(data),
+                   complete=_whole(data))  # fmt: skip
         return data
 
     @classmethod

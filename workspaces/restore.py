@@ -19,6 +19,13 @@ fresh container of the same image for any name it asks for: enough for a scorer 
 completion's code. `aclose()` removes every container the sample started, whatever happened,
 also one still starting when the scorer was cancelled.
 
+Re-judging from the warehouse alone: a sample whose last grading under the same fingerprint
+left it unscored because its judge failed (`grader_failed`) after every sandbox call had
+completed is handed those calls (`sandbox_replay` in its state: the scoring stage's retry puts
+them there), and its sandboxes answer the same calls with the recorded results, in order, with
+no container. A call that differs from the recorded one (a scorer that does not repeat itself)
+leaves the sample unscored (`verifier_error`), and its next retry restores a container.
+
 What cannot be restored is not guessed at: the scorer's first sandbox call raises, and
 `settle()` turns the sample's result into `unscored` with the reason, whatever the scorer made
 of the exception: `sandbox_unavailable` (no Docker Engine or image; graded again by
@@ -52,7 +59,7 @@ from scorers.sandbox.pool import (
 )
 from scorers.sandbox.provider import GradebookSandboxEnvironment
 from workspaces.archive import DEFAULT_MAX_BYTES, EXTRACT, ArchiveError, canonical, check_roots
-from workspaces.evidence import Evidence, RecordingSandbox
+from workspaces.evidence import Evidence, RecordingSandbox, sha256_of
 from workspaces.record import STORE_KEY, SandboxRecord, WorkspaceRecord
 from workspaces.store import ObjectMissing, ObjectUnusable, WorkspaceStore
 
@@ -60,6 +67,9 @@ __all__ = [
     "RESTORE_LABEL",
     "STORES_ENV",
     "LazySandbox",
+    "REPLAY_KEY",
+    "Replay",
+    "ReplaySandbox",
     "RestoreSettings",
     "Sandboxes",
     "ScoringFailure",
@@ -72,8 +82,13 @@ _EXTRACT_TIMEOUT_S = 120
 _MIB = 1024 * 1024
 
 Reason = Literal[
-    "sandbox_unavailable", "workspace_not_captured", "workspace_missing", "workspace_unusable"
+    "sandbox_unavailable",
+    "workspace_not_captured",
+    "workspace_missing",
+    "workspace_unusable",
+    "verifier_error",
 ]
+REPLAY_KEY = "sandbox_replay"  # in a sample's state: the calls of its last grading, to replay
 
 
 class ScoringFailure(Exception):
@@ -167,12 +182,16 @@ class Sandboxes:
         self.failure: ScoringFailure | None = None
         self.record: WorkspaceRecord | None = None
         self._bad_record: str | None = None
+        self.replay: Replay | None = None
         try:
             # most samples have no record: a substring test spares parsing their whole state
-            state = json.loads(state_json) if state_json and STORE_KEY in state_json else {}
-            store = state.get("store") if isinstance(state, dict) else None
+            wanted = state_json and (STORE_KEY in state_json or REPLAY_KEY in state_json)
+            state = json.loads(state_json) if wanted else {}
+            state = state if isinstance(state, dict) else {}
+            store = state.get("store")
             if isinstance(store, str):  # DuckDB hands a JSON column over as its text
                 store = json.loads(store)
+            self.replay = Replay.from_evidence(state.get(REPLAY_KEY))
             self.record = WorkspaceRecord.from_store(store)
         except (ValueError, TypeError) as exc:
             self._bad_record = str(exc)[:300]
@@ -419,7 +438,8 @@ class _Environments(dict):  # type: ignore[type-arg]
 
     @staticmethod
     def _make(owner: Sandboxes, name: str) -> RecordingSandbox:
-        return RecordingSandbox(name, LazySandbox(owner, name), owner.evidence)
+        inner = ReplaySandbox(owner, name) if owner.replay else LazySandbox(owner, name)
+        return RecordingSandbox(name, inner, owner.evidence)
 
     def get(self, name: Any, default: Any = None) -> Any:
         if name not in self and self._open and isinstance(name, str):
@@ -473,3 +493,103 @@ class LazySandbox(SandboxEnvironment):
     @classmethod
     async def sample_cleanup(cls, *args: Any, **kwargs: Any) -> None:
         """Not a provider: `Sandboxes.aclose` removes the containers."""
+
+
+class ReplayMismatch(Exception):
+    """A scorer's sandbox call that is not the one recorded next."""
+
+
+class Replay:
+    """The recorded sandbox calls of a sample's last grading, served back in order."""
+
+    def __init__(self, calls: list[dict[str, Any]]) -> None:
+        self.calls = calls
+        self.next = 0
+
+    @classmethod
+    def from_evidence(cls, evidence: Any) -> Replay | None:
+        """A replay of a grading's evidence (`score.metadata.sandbox`), when every call it made
+        is kept whole; else None."""
+        if isinstance(evidence, str):
+            evidence = json.loads(evidence)
+        if not isinstance(evidence, dict):
+            return None
+        calls = evidence.get("calls")
+        if not isinstance(calls, list) or not calls or evidence.get("calls_total") != len(calls):
+            return None
+        if not all(isinstance(c, dict) and c.get("complete") is True for c in calls):
+            return None
+        return cls(calls)
+
+    def take(self, name: str, op: str, **given: Any) -> dict[str, Any]:
+        """The next recorded call, which must be this one.
+
+        Raises:
+            ReplayMismatch: it is not.
+        """
+        if self.next >= len(self.calls):
+            raise ReplayMismatch(
+                f"call {self.next + 1} ({op}) was not made in the recorded grading"
+            )
+        call = self.calls[self.next]
+        same = call.get("sandbox") == name and call.get("op") == op
+        if not same or any(call.get(k) != v for k, v in given.items()):
+            raise ReplayMismatch(f"call {self.next + 1} ({op} in {name!r}) is not the recorded one")
+        self.next += 1
+        return call
+
+
+class ReplaySandbox(SandboxEnvironment):
+    """Sandbox `name` of a sample re-judged from its recorded calls: no container."""
+
+    def __init__(self, owner: Sandboxes, name: str) -> None:
+        super().__init__()
+        self._owner = owner
+        self._name = name
+
+    def _take(self, op: str, **given: Any) -> dict[str, Any]:
+        assert self._owner.replay is not None
+        self._owner.evidence.restored.setdefault(self._name, {"replayed": True})
+        try:
+            return self._owner.replay.take(self._name, op, **given)
+        except ReplayMismatch as exc:
+            raise self._owner.fail(
+                ScoringFailure(
+                    "verifier_error",
+                    f"re-judging from the recorded sandbox calls: {exc} (the scorer does not "
+                    "repeat its calls); graded again in a restored container on the next retry",
+                )
+            ) from None
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
+        call = self._take("exec", command=list(cmd), cwd=cwd, user=user,
+                          input_sha256=sha256_of(input), env_sha256=sha256_of(env or None))  # fmt: skip
+        code = int(call.get("exit_code") or 0)
+        return ExecResult(success=code == 0, returncode=code,
+                          stdout=str(call.get("stdout") or ""), stderr=str(call.get("stderr") or ""))  # fmt: skip
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        self._take("write_file", path=file, contents_sha256=sha256_of(contents))
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> Union[str | bytes]:  # noqa: UP007
+        return str(self._take("read_file", path=file, text=text).get("content") or "")
+
+    @classmethod
+    async def sample_cleanup(cls, *args: Any, **kwargs: Any) -> None:
+        """Not a provider: nothing to clean up."""
