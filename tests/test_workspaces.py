@@ -27,6 +27,13 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 MODEL = ModelConfig(model="mockllm/model", args_from="workspace_kit:mock_args")
 
 
+@pytest.fixture(scope="module")
+def sandbox_scorers(tmp_path_factory) -> Path:
+    """The kit's scorer file, one path for the module: a scorer name stands for one spec in a
+    process, so every test grades with the same file."""
+    return kit.scorer_file(tmp_path_factory.mktemp("scorers"))
+
+
 def generate(tmp: Path, task: str, args: dict | None = None, **workspaces) -> str:
     """One log of a kit task through the generate stage (capture on, store in tmp/store)."""
     settings = WorkspacesConfig(store=tmp / "store", **workspaces)
@@ -48,14 +55,13 @@ def score(log: str, db: Path, verifier: str, **kwargs):
 
 
 def test_a_sandbox_scorer_grades_the_workspace_the_agent_left(
-    docker_sandbox, prefect_api, tmp_path
+    docker_sandbox, prefect_api, tmp_path, sandbox_scorers
 ):
     log = generate(tmp_path, "notes")
     records = [s.store["gradebook_workspace"] for s in read_eval_log(log).samples]
     assert all(r["sandboxes"][0]["status"] == "captured" for r in records)
-    scorers = kit.scorer_file(tmp_path)
     db = tmp_path / "gb.duckdb"
-    score(log, db, f"{scorers}@notes_check", scored_log_dir=str(tmp_path / "scored"))
+    score(log, db, f"{sandbox_scorers}@notes_check", scored_log_dir=str(tmp_path / "scored"))
 
     rows = q(db, "SELECT sample_id, status, value, answer, explanation FROM latest_scores "
                  "ORDER BY sample_id")  # fmt: skip
@@ -82,10 +88,12 @@ def test_a_sandbox_scorer_grades_the_workspace_the_agent_left(
     assert evidence["restored"]["default"]["files"] == 2
 
 
-def test_named_sandboxes_are_each_restored_as_they_were_left(docker_sandbox, prefect_api, tmp_path):
+def test_named_sandboxes_are_each_restored_as_they_were_left(
+    docker_sandbox, prefect_api, tmp_path, sandbox_scorers
+):
     log = generate(tmp_path, "two_sandboxes")
     db = tmp_path / "gb.duckdb"
-    score(log, db, f"{kit.scorer_file(tmp_path)}@both_desks")
+    score(log, db, f"{sandbox_scorers}@both_desks")
     assert q(db, "SELECT sample_id, value, answer FROM latest_scores ORDER BY 1") == [
         ("1", 1.0, "default desk | helper desk 1"),
         ("2", 1.0, "default desk | helper desk 2"),
@@ -97,13 +105,13 @@ def test_named_sandboxes_are_each_restored_as_they_were_left(docker_sandbox, pre
 
 
 def test_a_failed_capture_does_not_fail_generation_and_leaves_sandbox_scorers_unscored(
-    docker_sandbox, prefect_api, tmp_path
+    docker_sandbox, prefect_api, tmp_path, sandbox_scorers
 ):
     log = generate(tmp_path, "notes", {"big_mb": 2}, max_mb=1)  # the agent leaves 2 MiB
     (box,) = read_eval_log(log).samples[0].store["gradebook_workspace"]["sandboxes"]
     assert box["status"] == "failed" and "larger than its cap" in box["error"]
     db = tmp_path / "gb.duckdb"
-    score(log, db, f"{kit.scorer_file(tmp_path)}@notes_check")
+    score(log, db, f"{sandbox_scorers}@notes_check")
     rows = q(db, "SELECT DISTINCT status, reason, explanation FROM latest_scores")
     assert rows == [
         (
@@ -120,7 +128,7 @@ def test_a_failed_capture_does_not_fail_generation_and_leaves_sandbox_scorers_un
 
 
 def test_capture_works_through_the_sandbox_api_of_any_provider(
-    docker_sandbox, prefect_api, tmp_path
+    docker_sandbox, prefect_api, tmp_path, sandbox_scorers
 ):
     # Inspect's own `local` provider: tar to a file, read_file back (what Inspect's docker
     # provider goes through too); restored into gradebook's container at the same path
@@ -128,7 +136,7 @@ def test_capture_works_through_the_sandbox_api_of_any_provider(
     (box,) = read_eval_log(log).samples[0].store["gradebook_workspace"]["sandboxes"]
     assert (box["status"], box["provider"]) == ("captured", "local"), box
     db = tmp_path / "gb.duckdb"
-    score(log, db, f"{kit.scorer_file(tmp_path)}@notes_check")
+    score(log, db, f"{sandbox_scorers}@notes_check")
     assert q(db, "SELECT sample_id, value FROM latest_scores ORDER BY 1") == [("1", 1.0),
                                                                              ("2", 1.0)]  # fmt: skip
 
@@ -143,20 +151,19 @@ def _dead_socket(tmp: Path) -> str:
 
 
 def test_a_dead_engine_is_sandbox_unavailable_and_the_retry_command_heals_it(
-    docker_sandbox, prefect_api, tmp_path
+    docker_sandbox, prefect_api, tmp_path, sandbox_scorers
 ):
     log = generate(tmp_path, "notes")
-    scorers = kit.scorer_file(tmp_path)
     db = tmp_path / "gb.duckdb"
     env = shell_env(tmp_path / "home", api_url=prefect_api)
-    down = gradebook("score", log, "--db", str(db), "--verifier", f"{scorers}@notes_check",
+    down = gradebook("score", log, "--db", str(db), "--verifier", f"{sandbox_scorers}@notes_check",
                      env={**env, "DOCKER_HOST": _dead_socket(tmp_path)}, cwd=tmp_path)  # fmt: skip
     assert down.code == 0, down.stderr
     assert q(db, "SELECT DISTINCT status, reason FROM latest_scores") == [
         ("unscored", "sandbox_unavailable")
     ]
     healed = gradebook("rescore", "--db", str(db), "--retry-unscored", "--verifier-module",
-                       f"{scorers}@notes_check", env=env, cwd=tmp_path)  # fmt: skip
+                       f"{sandbox_scorers}@notes_check", env=env, cwd=tmp_path)  # fmt: skip
     assert healed.code == 0, healed.stderr
     assert q(db, "SELECT sample_id, attempt, status, value FROM current_scores ORDER BY 1") == [
         ("1", 2, "scored", 1.0),
@@ -184,18 +191,19 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def test_no_restore_container_outlives_a_killed_score(docker_sandbox, prefect_api, tmp_path):
+def test_no_restore_container_outlives_a_killed_score(
+    docker_sandbox, prefect_api, tmp_path, sandbox_scorers
+):
     import docker
 
     from scorers.sandbox.pool import OWNER_LABEL
     from workspaces.restore import RESTORE_LABEL
 
     log = generate(tmp_path, "notes")
-    scorers = kit.scorer_file(tmp_path)
     env = shell_env(tmp_path / "home", api_url=prefect_api)
     proc = subprocess.Popen(
         [str(GRADEBOOK), "score", log, "--db", str(tmp_path / "gb.duckdb"), "--verifier",
-         f"{scorers}@sleeper"],  # fmt: skip
+         f"{sandbox_scorers}@sleeper"],  # fmt: skip
         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     client = docker.from_env()
@@ -296,21 +304,22 @@ def test_a_judged_sandbox_scorer_is_rejudged_from_the_warehouse_alone(
     (grader_failed) with those calls as evidence. Judged again with the Docker Engine gone, they
     are graded from the recorded calls: judge calls = samples, no container."""
     from flows.mock_server import scripted_server
-    from flows.score import score_flow
+    from flows.score import ScoreOptions, score_runs
     from flows.verifier_specs import names_for_entries
 
     log = generate(tmp_path, "notes")
+    db = tmp_path / "gb.duckdb"
+    (run_id,) = [r.run_id for r in Warehouse(db).ingest_logs([log])]
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
     broken = [True]
     with scripted_server(kit.judge_script(broken), models=["j"]) as judge:
-        spec = {"kind": "file", "scorer": "judged_answer", "file": str(kit.scorer_file(tmp_path)),
-                "params": {}, "roles": {"grader": {
-                    "model": "openai-api/judge/j", "base_url": judge.base_url,
-                    "args": {"max_retries": 0},
-                    "config": {"max_retries": 1, "attempt_timeout": 5, "max_connections": 4}}}}  # fmt: skip
-        monkeypatch.setenv("JUDGE_API_KEY", "test")
+        role = {"model": "openai-api/judge/j", "base_url": judge.base_url,
+                "args": {"max_retries": 0}, "config": {"max_retries": 1, "attempt_timeout": 5}}  # fmt: skip
+        spec = {"kind": "file", "scorer": "judged_answer", "params": {},
+                "file": str(kit.judged_scorer_file(tmp_path)), "roles": {"grader": role}}  # fmt: skip
         (name,) = names_for_entries([spec], trusted=True)
-        db = tmp_path / "gb.duckdb"
-        score_flow([log], str(db), [name], workers=2, progress=False)
+        opts = ScoreOptions(workers=2, progress=False)
+        score_runs(db, {run_id: [name]}, opts)
         assert q(db, "SELECT DISTINCT status, reason FROM latest_scores") == [
             ("unscored", "grader_failed")
         ]
@@ -319,8 +328,8 @@ def test_a_judged_sandbox_scorer_is_rejudged_from_the_warehouse_alone(
         broken[0] = False  # the judge is back; the Docker Engine is not
         monkeypatch.setenv("DOCKER_HOST", _dead_socket(tmp_path))
         before = judge.count()
-        score_flow([log], str(db), [name], workers=2, progress=False, retry_unscored=True)
-        assert judge.count() - before == 4  # one judge call per sample
+        score_runs(db, {run_id: [name]}, opts, retry="all")
+        assert judge.count() - before == 4  # one judge call per sample, nothing else
     assert q(
         db, "SELECT sample_id, attempt, status, value, answer FROM current_scores ORDER BY 1"
     ) == [  # fmt: skip

@@ -131,23 +131,6 @@ SCORERS = textwrap.dedent(
 
 
     @scorer(metrics=[accuracy()])
-    def judged_answer():
-        """A sandbox scorer with a judge: the judge reads what the sandbox showed."""
-        from inspect_ai.model import get_model
-
-        async def score(state: TaskState, target: Target) -> Score:
-            shown = (await sandbox().exec(["cat", "notes/answer.txt"])).stdout.strip()
-            reply = await get_model(role="grader").generate(
-                f"Is {shown} the answer to '{state.input_text}'? Reply YES or NO."
-            )
-            ok = reply.completion.strip().upper().startswith("YES")
-            return Score(value=CORRECT if ok else INCORRECT, answer=shown,
-                         explanation=reply.completion)
-
-        return score
-
-
-    @scorer(metrics=[accuracy()])
     def sleeper():
         async def score(state: TaskState, target: Target) -> Score:
             await sandbox().exec(["sleep", "600"], timeout=700)
@@ -162,6 +145,39 @@ def scorer_file(directory: Path) -> Path:
     """The scorers above as a file of the user's (what `--verifier FILE@name` names)."""
     path = directory / "sandbox_scorers.py"
     path.write_text(SCORERS)
+    return path
+
+
+# in a file of its own: a module that names the grader role makes its scorers judge scorers
+JUDGED = textwrap.dedent(
+    '''
+    """A sandbox scorer with a judge: the judge reads what the sandbox showed."""
+    from inspect_ai.model import get_model
+    from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer
+    from inspect_ai.solver import TaskState
+    from inspect_ai.util import sandbox
+
+
+    @scorer(metrics=[accuracy()])
+    def judged_answer():
+        async def score(state: TaskState, target: Target) -> Score:
+            shown = (await sandbox().exec(["cat", "notes/answer.txt"])).stdout.strip()
+            reply = await get_model(role="grader").generate(
+                f"Is {shown} the answer to '{state.input_text}'? Reply YES or NO."
+            )
+            ok = reply.completion.strip().upper().startswith("YES")
+            return Score(value=CORRECT if ok else INCORRECT, answer=shown,
+                         explanation=reply.completion)
+
+        return score
+    '''
+)
+
+
+def judged_scorer_file(directory: Path) -> Path:
+    """`judged_answer` as a file of the user's."""
+    path = directory / "judged_scorer.py"
+    path.write_text(JUDGED)
     return path
 
 
