@@ -21,7 +21,8 @@ from rich.table import Table
 
 @dataclass
 class Row:
-    """One measured quantity. `ratio` = value / anchor_value; `bar` says the target in words."""
+    """One measured quantity. `ratio` = value / anchor_value; `bar` says the target in words
+    (None, with `meets_bar` None: an informational row)."""
 
     name: str
     value: float
@@ -29,8 +30,8 @@ class Row:
     anchor: str
     anchor_value: float
     ratio: float
-    bar: str
-    meets_bar: bool
+    bar: str | None
+    meets_bar: bool | None
 
 
 def stage_args(description: str, quick_help: str, quick_n: int, full_n: int = 20_000):
@@ -78,8 +79,8 @@ def emit(title: str, rows: list[Row], json_path: Path | None) -> None:
             r.anchor,
             f"{r.anchor_value:,.3f}",
             f"{r.ratio:.3f}",
-            r.bar,
-            "yes" if r.meets_bar else "NO",
+            r.bar or "–",
+            "–" if r.meets_bar is None else "yes" if r.meets_bar else "NO",
         )
     Console(width=200).print(table)
     if json_path is not None:

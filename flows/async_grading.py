@@ -21,6 +21,12 @@ Per-sample limit: `grade_row` cancels an await past the limit; for a scorer busy
 (it never reaches an await), a periodic SIGALRM on the main thread raises `SampleTimeout` (a
 TimeoutError) in the task of the sample past its limit, and no other.
 
+Sandboxes: a scorer that calls Inspect's `sandbox()` gets the sample's own, restored from its
+workspace archive on first use and removed when the sample is graded (workspaces.restore); a
+scorer known to use one (scorers.inspect_scorers.sandboxed) takes its place among the
+containers before its time limit starts. What decides those verdicts is in the sandbox
+scorers' fingerprint (the restore module), not here.
+
 Nothing here decides a verdict: that is grading.py's, in every Inspect scorer's fingerprint.
 Changing this module grades nothing again.
 """
@@ -117,22 +123,26 @@ class _Grading:
 
     def __init__(self) -> None:
         self.watchdog = _Watchdog()
-        self._bound: dict[Any, tuple[Any, asyncio.Semaphore]] = {}
+        self._bound: dict[Any, tuple[Any, asyncio.Semaphore, bool]] = {}
 
-    def _bind(self, grade: Any) -> tuple[Any, asyncio.Semaphore]:
+    def _bind(self, grade: Any) -> tuple[Any, asyncio.Semaphore, bool]:
         found = self._bound.get(grade)
         if found is None:
+            from scorers.inspect_scorers.sandboxed import uses_sandbox
+
             bound = grade.bind()  # CannotGrade is not kept: the next chunk tries again
             limit = asyncio.Semaphore(max(IN_FLIGHT, 2 * bound.max_connections()))
-            found = self._bound[grade] = (bound, limit)
+            boxed = uses_sandbox(getattr(bound.scorer, "__module__", "") or "")
+            found = self._bound[grade] = (bound, limit, boxed)
         return found
 
     async def chunk(self, grade: Any, rows: Sequence[Any], timeout_s: float) -> list[ResultRow]:
         """One result per row, in order; never raises."""
         from scorers.inspect_scorers.grading import CannotGrade, grade_row
+        from workspaces.restore import Sandboxes
 
         try:
-            bound, limit = self._bind(grade)
+            bound, limit, boxed = self._bind(grade)
         except CannotGrade as exc:
             return [exc.row] * len(rows)
         self.watchdog.arm(timeout_s)
@@ -140,7 +150,15 @@ class _Grading:
 
         async def one(row: Any) -> ResultRow:
             async with limit:
-                return await grade_row(bound, row, timeout_s, watch)
+                sandboxes = Sandboxes(row[4] if len(row) > 4 else None)
+                try:
+                    if boxed and sandboxes.replay is None:
+                        await sandboxes.reserve()
+                    with sandboxes.provided():
+                        graded = await grade_row(bound, row, timeout_s, watch)
+                finally:
+                    await sandboxes.aclose()
+                return sandboxes.settle(graded)  # type: ignore[return-value]
 
         loop = asyncio.get_running_loop()
         # each sample in a copy of the bound context: it sets its own store and recording
@@ -149,7 +167,7 @@ class _Grading:
 
     async def aclose(self) -> None:
         self.watchdog.disarm()
-        for bound, _ in self._bound.values():
+        for bound, _, _ in self._bound.values():
             await bound.aclose()
         self._bound.clear()
 

@@ -34,6 +34,7 @@ __all__ = [
     "RoleModel",
     "SweepConfig",
     "TaskConfig",
+    "WorkspacesConfig",
     "load_config",
     "parse_config",
     "role_bindings",
@@ -212,6 +213,9 @@ class TaskConfig(_Strict):
             Inspect scorers by registry name (`match`, `inspect_evals/...`), `file.py@scorer`,
             or tables `{scorer = "...", params = {...}, name = "..."}`
             (scorers.inspect_scorers.specs); empty (the default): the task's own scorers.
+        workspace_paths: for a task with a sandbox, the paths in it whose files are captured
+            at the end of each sample (absolute); empty: the task's own
+            `metadata["workspace_paths"]`, else each sandbox's working directory.
     """
 
     task: str
@@ -219,6 +223,20 @@ class TaskConfig(_Strict):
     limit: Annotated[int, Field(ge=1)] | None = None
     epochs: Annotated[int, Field(ge=1, le=1000)] = 1
     verifiers: list[str | dict[str, Any]] = Field(default_factory=list)
+    workspace_paths: list[str] = Field(default_factory=list)
+
+    @field_validator("workspace_paths")
+    @classmethod
+    def _workspace_paths(cls, v: list[str]) -> list[str]:
+        from workspaces.archive import ArchiveError, check_roots
+
+        if not v:
+            return v
+        try:
+            check_roots(v)
+        except ArchiveError as exc:
+            raise ValueError(f"{exc}; give absolute paths inside the sandbox, e.g. /work") from None
+        return v
 
     @field_validator("task")
     @classmethod
@@ -284,6 +302,23 @@ class IngestConfig(_Strict):
         return InflateLimits.from_env(base)
 
 
+class WorkspacesConfig(_Strict):
+    """`[workspaces]`: the sandbox workspaces of agentic tasks, captured at generation so that
+    sandbox scorers re-score from the log (docs/concepts/workspaces.md).
+
+    Attributes:
+        capture: archive each sample's sandbox workspace when its generation ends.
+        store: the workspace store's directory (relative paths: to the config file; default:
+            `workspaces` in the log dir).
+        max_mb: cap on one workspace archive, in MiB of uncompressed tar; a bigger workspace
+            is a failed capture (its sandbox scorers leave the sample unscored).
+    """
+
+    capture: bool = True
+    store: Path | None = None
+    max_mb: Annotated[int, Field(ge=1, le=1024)] = 64
+
+
 class SweepConfig(_Strict):
     """A whole sweep: every (model, task) pair is generated, scored and gated.
 
@@ -297,6 +332,7 @@ class SweepConfig(_Strict):
         model_roles: models bound to roles by name; `grader` is the judge of judge-graded
             scorers (`[model_roles.grader] model = "..."`).
         ingest: `[ingest]` limits on reading the sweep's logs.
+        workspaces: `[workspaces]`: capture of sandbox workspaces and where they are stored.
     """
 
     name: str
@@ -310,6 +346,7 @@ class SweepConfig(_Strict):
     cluster: ClusterConfig | None = None
     model_roles: dict[str, RoleModel] = Field(default_factory=dict)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
+    workspaces: WorkspacesConfig = Field(default_factory=WorkspacesConfig)
     source: Path | None = Field(default=None, exclude=True)
 
     @field_validator("name")
@@ -448,12 +485,17 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
         _resolve_verifiers(_resolve_task(t, base, source, i), base, source, i, cfg.model_roles)
         for i, t in enumerate(cfg.tasks)
     ]
+    log_dir = _resolve(cfg.log_dir, base)
+    store = cfg.workspaces.store
     return cfg.model_copy(
         update={
-            "log_dir": _resolve(cfg.log_dir, base),
+            "log_dir": log_dir,
             "warehouse": _resolve(cfg.warehouse, base),
             "tasks": tasks,
             "cluster": _resolve_cluster(cfg.cluster, base),
+            "workspaces": cfg.workspaces.model_copy(
+                update={"store": _resolve(store, base) if store else log_dir / "workspaces"}
+            ),
             "source": source,
         }
     )

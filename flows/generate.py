@@ -18,7 +18,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from rich.markup import escape
 
-from flows.config import ModelConfig, SweepConfig, TaskConfig, load_config
+from flows.config import ModelConfig, SweepConfig, TaskConfig, WorkspacesConfig, load_config
 from flows.model_servers import endpoint, server_problem
 from flows.runtime.console import err_console, one_line, verbose
 from flows.runtime.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
@@ -90,6 +90,7 @@ def run_generation(
     display: str = "none",
     sweep: str | None = None,
     roles: dict[str, Any] | None = None,
+    workspaces: WorkspacesConfig | None = None,
 ) -> list[GenerationResult]:
     """Generate every task with one model, in this process (no Prefect).
 
@@ -102,6 +103,7 @@ def run_generation(
             finds its runs.
         roles: the config's `model_roles` (name -> RoleModel), bound to the judge scorers
             recorded in each log's metadata.
+        workspaces: capture of sandbox workspaces (default: on, stored in `log_dir/workspaces`).
 
     SIGINT or SIGTERM stops it (flows.runtime.interrupts): Inspect cancels the eval in flight and
     writes its log as `cancelled`, which is returned with the others; the tasks not reached yet
@@ -135,9 +137,12 @@ def run_generation(
             before = _logs_in(log_dir)
             try:
                 # gradebook loads the task, not Inspect: see flows.task_specs for why
+                task = _captured(
+                    load_task(task_cfg.task, task_cfg.args), task_cfg, workspaces, log_dir
+                )
                 with during_eval():
                     logs = inspect_eval(
-                        load_task(task_cfg.task, task_cfg.args),
+                        task,
                         model=model,
                         limit=task_cfg.limit,
                         epochs=task_cfg.epochs,
@@ -174,6 +179,25 @@ def run_generation(
             for log in logs:
                 results.append(_result(model_cfg.label, task_cfg.label, log))
     return results
+
+
+def _captured(
+    task: Any, task_cfg: TaskConfig, workspaces: WorkspacesConfig | None, log_dir: Path
+) -> Any:
+    """The task with its samples' sandbox workspaces captured at their end (workspaces.capture;
+    a task without a sandbox is left as it is)."""
+    from workspaces.capture import CaptureSettings, with_capture
+    from workspaces.store import default_store
+
+    ws = workspaces or WorkspacesConfig()
+    if not ws.capture:
+        return task
+    settings = CaptureSettings(
+        store=ws.store or default_store(log_dir),
+        max_bytes=ws.max_mb * 1024 * 1024,
+        paths=tuple(task_cfg.workspace_paths),
+    )
+    return with_capture(task, settings)
 
 
 def _plain(exc: BaseException) -> str:
@@ -303,9 +327,12 @@ def generate_for_model(
     log_dir: Path,
     sweep: str | None = None,
     roles: dict[str, Any] | None = None,
+    workspaces: WorkspacesConfig | None = None,
 ) -> list[GenerationResult]:
     """Prefect task: every task of the sweep with one model (one model server start)."""
-    return run_generation(model_cfg, tasks, log_dir, sweep=sweep, roles=roles)
+    return run_generation(
+        model_cfg, tasks, log_dir, sweep=sweep, roles=roles, workspaces=workspaces
+    )
 
 
 @flow(
@@ -337,6 +364,11 @@ def generate_models(cfg: SweepConfig) -> list[GenerationResult]:
             continue
         tags = [tag("model", model_cfg.label), *(tag("task", t.label) for t in cfg.tasks)]
         results += generate_for_model.with_options(tags=tags)(
-            model_cfg, cfg.tasks, cfg.log_dir, sweep=cfg.name, roles=cfg.model_roles or None
+            model_cfg,
+            cfg.tasks,
+            cfg.log_dir,
+            sweep=cfg.name,
+            roles=cfg.model_roles or None,
+            workspaces=cfg.workspaces,
         )
     return results

@@ -332,7 +332,7 @@ def stream_grades(
     if failed:
         emit(failed, [_error_row(samples.errors[i] or "") for i in failed])
     todo = [i for i, e in enumerate(samples.errors) if e is None]
-    chunks = _strided_chunks(todo, opts.chunk_size)
+    chunks = _strided_chunks(todo, _chunk_size(verifier, opts))
     # one chunk or one worker: a round trip to a worker costs more than it saves -- unless
     # this process's copy of the verifier is not the code `expect` names
     if (
@@ -367,6 +367,18 @@ def stream_grades(
         expect=expect,
     )
     return sorted(i for job in stale_chunks for i in chunks[job])
+
+
+# A sandbox scorer's sample holds a container for seconds (restore, the scorer's commands), and
+# each grading process runs as many containers at once as the sandbox pool does (one per
+# core): small chunks spread its samples over every worker.
+SANDBOX_CHUNK = 8
+
+
+def _chunk_size(verifier: Verifier, opts: ScoreOptions) -> int:
+    if "sandbox" in verifier.params:  # scorers.inspect_scorers.sandboxed
+        return min(opts.chunk_size, SANDBOX_CHUNK)
+    return opts.chunk_size
 
 
 def _runs_here(verifier: Verifier, expect: str | None) -> bool:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUNDLED_TASK_MODULES", "TaskLoadError", "check_tasks", "load_task"]
 
-BUNDLED_TASK_MODULES = ("tasks.math", "tasks.code")
+BUNDLED_TASK_MODULES = ("tasks.math", "tasks.code", "tasks.agentic")
 
 _SPEC_HINT = "give a bundled task name, 'package/task' or 'path/file.py@task'"
 

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 import typer
 
-from flows.config import ClusterConfig, ModelConfig, RoleModel, SweepConfig, TaskConfig
+from flows.config import (
+    ClusterConfig,
+    ModelConfig,
+    RoleModel,
+    SweepConfig,
+    TaskConfig,
+    WorkspacesConfig,
+)
 from gates.rules import GateRules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +69,15 @@ def test_stale_cli_reference_fails_the_check(tmp_path: Path) -> None:
 def test_config_reference_names_every_key() -> None:
     page = (ROOT / "docs" / "reference" / "config.md").read_text()
     documented = set(re.findall(r"`\[*([a-z_]+)\]*`", page))  # `key`, `[gates]`, `[[models]]`
-    for model in (SweepConfig, ModelConfig, RoleModel, TaskConfig, ClusterConfig, GateRules):
+    for model in (
+        SweepConfig,
+        ModelConfig,
+        RoleModel,
+        TaskConfig,
+        ClusterConfig,
+        GateRules,
+        WorkspacesConfig,
+    ):
         for name, field in model.model_fields.items():
             if field.exclude:  # not a config key (set by the loader)
                 continue

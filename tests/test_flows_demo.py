@@ -147,3 +147,47 @@ def test_the_printed_commands_grade_the_outage_samples_once_docker_is_up(
         ("math_verified", "pass"),
         ("math_verified", "pass"),
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_agentic_demo_rescores_every_workspace_with_no_model_call(
+    docker_sandbox, prefect_api, tmp_path, monkeypatch
+):
+    """`gradebook demo --agentic`: sweep -> scores -> the scorer's test command is widened ->
+    rescore restores every workspace and runs the tests again, 0 model calls -> flips."""
+    from flows.cli.demo_agentic import SCORER, run_agentic_demo
+    from tasks import agentic
+
+    monkeypatch.setattr(console, "width", 160)
+    with console.capture() as captured:
+        code = run_agentic_demo(tmp_path, tickets=6)
+    out = captured.get()
+    assert code == 0, out
+    # the scripted agent gives up on ticket 5; tickets 3 and 6 pass the narrow tests only
+    rows = "SELECT sample_id::INTEGER, value FROM scores WHERE scorer = ? AND fingerprint = ? ORDER BY 1"
+    with Warehouse(tmp_path / "demo.duckdb").read() as con:
+        first, last = [
+            r[0]
+            for r in con.execute(
+                "SELECT fingerprint FROM scores WHERE scorer = ? GROUP BY 1 ORDER BY min(scored_at)",
+                [SCORER],
+            ).fetchall()
+        ]
+        before = con.execute(rows, [SCORER, first]).fetchall()
+        after = con.execute(rows, [SCORER, last]).fetchall()
+        flips = con.execute(
+            "SELECT sample_id::INTEGER, old_value, new_value FROM grade_flips ORDER BY 1"
+        ).fetchall()
+        restored = con.execute(
+            "SELECT count(*) FROM scores WHERE fingerprint = ? AND "
+            "json_extract_string(metadata, '$.sandbox.restored.default.digest') IS NOT NULL",
+            [last],
+        ).fetchone()
+    assert before == [(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0), (5, 0.0), (6, 1.0)]
+    assert after == [(1, 1.0), (2, 1.0), (3, 0.0), (4, 1.0), (5, 0.0), (6, 0.0)]
+    assert flips == [(3, 1.0, 0.0), (6, 1.0, 0.0)]
+    assert restored == (6,)  # every sample graded again in its restored workspace
+    assert "model calls: 0" in out
+    # the sweep's own agent calls happened in this process: the rescore made none
+    assert agentic.calls[0] > 0

@@ -24,6 +24,7 @@ from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
 from warehouse.score_attempts import RETRY_ATTEMPTS_SQL
 from warehouse.task_state_columns import TASK_STATE_SQL
 from warehouse.verifier_modules import VERIFIER_MODULE_SQL, VERIFIER_SPECS_SQL
+from warehouse.workspace_views import WORKSPACE_VIEWS_SQL
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,10 @@ MIGRATIONS: list[Migration] = [
     ),
     Migration("judge_usage view: judge calls and tokens per run", JUDGE_USAGE_SQL),
     Migration("verifier_specs: the sealed spec that rebuilds each verifier", VERIFIER_SPECS_SQL),
+    Migration(
+        "workspaces and sandbox_calls views: agents' workspaces, scorers' calls",
+        WORKSPACE_VIEWS_SQL,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

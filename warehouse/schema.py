@@ -13,10 +13,18 @@ SCORE_KEY = ("run_id", "sample_id", "epoch", "scorer", "fingerprint", "attempt")
 
 # Unscored reasons that say nothing about the answer, only that grading did not happen (the
 # sandbox was down, the stage's time limit hit, the verifier or its worker process failed, the
-# judge did not answer), so grading the saved transcript again may succeed. Generation errors
-# are never retried: the sample has no answer to grade. Nor is a judge reply with no verdict
-# (`verdict_unparseable`): the same reply parses the same way.
-RETRYABLE_REASONS = ("sandbox_unavailable", "timeout", "verifier_error", "grader_failed")
+# judge did not answer, the workspace store was not there), so grading the saved transcript
+# again may succeed. Generation errors are never retried: the sample has no answer to grade.
+# Nor is a judge reply with no verdict (`verdict_unparseable`): the same reply parses the same
+# way; nor a workspace that was never captured or is damaged (`workspace_not_captured`,
+# `workspace_unusable`): it stays so.
+RETRYABLE_REASONS = (
+    "sandbox_unavailable",
+    "timeout",
+    "verifier_error",
+    "grader_failed",
+    "workspace_missing",
+)
 
 # Which unscored samples a retry grades again: "all" retryable reasons (what a user asks for
 # with --retry-unscored once the cause is fixed), or only "infrastructure" failures, where the

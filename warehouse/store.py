@@ -813,11 +813,14 @@ def _to_score_sql(
         if skip_reasons:
             retryable += " AND NOT list_contains($skip::VARCHAR[], c.reason)"
             params["skip"] = list(skip_reasons)
+        if state:
+            state_col = _with_replay(state_col)
         sql = f"""
             WITH cur AS (
                 SELECT run_id, sample_id, epoch, max(attempt) AS attempt,
                        arg_max(status, attempt) AS status, arg_max(reason, attempt) AS reason,
-                       arg_max(explanation, attempt) AS explanation
+                       arg_max(explanation, attempt) AS explanation,
+                       arg_max(metadata, attempt) AS metadata
                 FROM wh.scores
                 WHERE scorer = $scorer AND fingerprint = $digest {in_runs.format(col="run_id")}
                 GROUP BY run_id, sample_id, epoch
@@ -848,6 +851,17 @@ def _to_score_sql(
             ORDER BY s.run_id, s.sample_id, s.epoch
         """
     return sql, params
+
+
+def _with_replay(state_sql: str) -> str:
+    """The state of a retried sample whose last attempt (`c`) was left unscored by its judge
+    (`grader_failed`) with its sandbox calls recorded: those calls join the state as
+    `sandbox_replay`, and a sandbox scorer is judged again from them, with no container
+    (workspaces.restore)."""
+    return f"""CASE WHEN c.reason = 'grader_failed' AND json_exists(c.metadata, '$.sandbox.calls')
+        THEN json_merge_patch({state_sql}::JSON,
+                              json_object('sandbox_replay', c.metadata->'$.sandbox'))::VARCHAR
+        ELSE {state_sql} END"""
 
 
 def _retryable_sql(retry: RetryScope, params: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from flows.cli.demo_files import print_commands, toml_text
 from flows.cli.pipeline import (
     VerboseOption,
     _run_flow,
@@ -125,33 +126,6 @@ def demo_config(directory: Path, tasks: list[DemoTask]) -> dict[str, Any]:
     }
 
 
-def _toml(cfg: dict[str, Any]) -> str:
-    def val(v: Any) -> str:
-        if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, list):
-            return "[" + ", ".join(val(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{ " + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + " }"
-        return repr(v)
-
-    lines = [f"{k} = {val(v)}" for k, v in cfg.items() if not isinstance(v, list | dict)]
-    for section in ("models", "tasks"):
-        for entry in cfg[section]:
-            lines += ["", f"[[{section}]]"] + [f"{k} = {val(v)}" for k, v in entry.items()]
-    lines += ["", "[gates]"]
-    lines += [f"{k} = {val(v)}" for k, v in cfg["gates"].items() if v is not None]
-    return "\n".join(lines) + "\n"
-
-
-def _print_commands(*lines: str) -> None:
-    # soft_wrap: a command folded by rich would carry a newline into the user's copy-paste
-    for line in lines:
-        console.print(f"  {line}", soft_wrap=True, markup=False)
-
-
 def run_demo(directory: Path) -> int:
     """Run the demo sweep into `directory`; print the summary and what to try next.
 
@@ -166,7 +140,7 @@ def run_demo(directory: Path) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     tasks = demo_tasks()
     raw = demo_config(directory, tasks)
-    (directory / "demo.toml").write_text(_toml(raw))
+    (directory / "demo.toml").write_text(toml_text(raw))
     cfg = parse_config(raw, source=directory / "demo.toml")
     console.print(
         f"[bold]gradebook demo[/bold]: {len(DEMO_MODELS)} model versions x {len(tasks)} task(s), "
@@ -195,7 +169,7 @@ def run_demo(directory: Path) -> int:
             "  # `gradebook` is not on your PATH: `source .venv/bin/activate` puts it there",
             markup=False,
         )
-    _print_commands(
+    print_commands(
         command(
             "sql",
             "--db",
@@ -216,13 +190,32 @@ def run_demo(directory: Path) -> int:
 
 def demo(
     directory: Annotated[
-        Path, typer.Option("--dir", help="Where the demo's logs and warehouse go.")
-    ] = Path(".gradebook/demo"),
+        Path | None,
+        typer.Option(
+            "--dir",
+            help="Where the demo's logs and warehouse go (default .gradebook/demo, "
+            "or .gradebook/demo-agentic).",
+        ),
+    ] = None,
+    agentic: Annotated[
+        bool,
+        typer.Option(
+            "--agentic",
+            help="Instead: a scripted coding agent in Docker sandboxes; its workspaces are "
+            "captured, then re-scored from the logs after the scorer's test command changes.",
+        ),
+    ] = False,
     verbose: VerboseOption = False,
 ) -> None:
     """End to end offline: two model versions, math + HumanEval, a warehouse, a gate."""
     quiet_prefect(verbose)
-    code = _run_flow(verbose, lambda: run_demo(directory))
+    if agentic:
+        from flows.cli.demo_agentic import run_agentic_demo
+
+        where = directory or Path(".gradebook/demo-agentic")
+        code = _run_flow(verbose, lambda: run_agentic_demo(where))
+    else:
+        code = _run_flow(verbose, lambda: run_demo(directory or Path(".gradebook/demo")))
     raise typer.Exit(code)
 
 

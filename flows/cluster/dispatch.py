@@ -280,6 +280,7 @@ def dispatch_generation(
                     "log_dir": str(cfg.log_dir),
                     "manifest": str(manifest),
                     "sweep": cfg.name,
+                    "workspaces": cfg.workspaces.model_dump(mode="json"),
                 },
                 title=f"generate {model.label} · {count(len(cfg.tasks), 'task')} "
                 f"(sweep {cfg.name})",

@@ -21,7 +21,7 @@ from typing import Any
 from prefect import flow
 from prefect.states import Failed
 
-from flows.config import ModelConfig, TaskConfig
+from flows.config import ModelConfig, TaskConfig, WorkspacesConfig
 from flows.generate import GenerationResult, run_generation
 from flows.model_servers import env_problem
 
@@ -71,6 +71,7 @@ def cluster_generate(
     log_dir: str,
     manifest: str,
     sweep: str | None = None,
+    workspaces: dict[str, Any] | None = None,
 ) -> int:
     """Generate (never score) every task with one model on this worker.
 
@@ -80,6 +81,7 @@ def cluster_generate(
         log_dir: the shared log directory the .eval logs go to.
         manifest: where to write the list of GenerationResults (JSON) for the dispatcher.
         sweep: the sweep's name, recorded in each log's metadata.
+        workspaces: the config's `[workspaces]` as JSON (its store on shared storage too).
 
     Returns:
         How many (model, task) results were recorded. A run where any of them has no log
@@ -101,7 +103,8 @@ def cluster_generate(
             for t in task_cfgs
         ]
     else:
-        results = run_generation(model_cfg, task_cfgs, Path(log_dir), sweep=sweep)
+        ws = WorkspacesConfig.model_validate(workspaces) if workspaces else None
+        results = run_generation(model_cfg, task_cfgs, Path(log_dir), sweep=sweep, workspaces=ws)
     _write_json_atomically(Path(manifest), [asdict(r) for r in results])
     failed = [r for r in results if r.log is None]
     if failed:

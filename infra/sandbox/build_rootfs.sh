@@ -51,6 +51,9 @@ echo "harness:x:${HARNESS_UID}:" >>"$DIR/etc/group"
 echo "sandbox:x:${SANDBOX_UID}:${SANDBOX_UID}:gradebook submission:/work:/usr/sbin/nologin" >>"$DIR/etc/passwd"
 echo "sandbox:x:${SANDBOX_UID}:" >>"$DIR/etc/group"
 mkdir -p "$DIR/work"
+# `python` as well as `python3`: Inspect scorers (inspect_evals' class_eval, humaneval, mbpp)
+# run `python -c ...` in the sandbox a workspace is restored into (docs/concepts/workspaces.md).
+ln -sf python3 "$DIR/usr/bin/python"
 
 # Nothing in the image needs these at run time; smaller image, faster import.
 rm -rf "$DIR/var/cache/apt/archives/"*.deb "$DIR/var/lib/apt/lists/"* "$DIR/usr/share/doc" \

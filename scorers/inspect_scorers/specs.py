@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scorers.inspect_scorers import judges
+from scorers.inspect_scorers import judges, sandboxed
 from scorers.inspect_scorers.factories import (
     TRUSTED_FILES,
     ScorerSpec,
@@ -214,6 +214,9 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
         )
     from scorers.inspect_scorers.grading import InspectGrade
 
+    # a scorer calling sandbox() is graded in a restored container: its image and limits, and
+    # the restore code, are part of what it is (scorers.inspect_scorers.sandboxed)
+    box = sandboxed.sandbox_spec() if sandboxed.uses_sandbox(module) else None
     verifier = Verifier(
         name=name,
         grade=InspectGrade(json.dumps(spec.to_json(), sort_keys=True)),
@@ -222,9 +225,10 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
             "scorer": registry_name,
             "params": dict(spec.params),
             **({"judge": judges.identity(spec.roles)} if spec.roles else {}),
+            **({"sandbox": box} if box else {}),
         },
         label=f"Inspect scorer {registry_name}",
-        code=(GRADER_MODULE, CONVERSION_MODULE),
+        code=(GRADER_MODULE, CONVERSION_MODULE, *((sandboxed.RESTORE_MODULE,) if box else ())),
         reads_state=True,
         spec=spec.to_json(),
     )

@@ -38,6 +38,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,6 +253,8 @@ def create_container(
     user: str,
     owner: str,
     pid_namespace: str = _PID_NAMESPACE,
+    workdirs: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> LiveContainer:
     """Start one locked-down, labelled container whose main process is the watchdog.
 
@@ -262,17 +265,22 @@ def create_container(
         user: "uid:gid" of the container's main process (never root).
         owner: the owner label value (`owner_label()`; see `reap_orphans`).
         pid_namespace: the pid namespace the owner's pid is numbered in (this process's).
+        workdirs: writable directories besides /work (absolute paths), each a tmpfs of
+            `limits.work_mb` owned by the sandbox uid: where a restored workspace goes when its
+            task's sandbox worked elsewhere (workspaces.restore). The root stays read-only.
+        labels: more labels (the sandbox and owner labels are always set).
     """
     from docker.types import Ulimit
 
     api = client.api
     sandbox_uid = sandbox_users().sandbox_uid
+    tmpfs = f"size={limits.work_mb}m,mode=0700,uid={sandbox_uid},gid={sandbox_uid}"
     host_config = api.create_host_config(
         init=True,
         auto_remove=True,
         network_mode="none",
         read_only=True,
-        tmpfs={"/work": f"size={limits.work_mb}m,mode=0700,uid={sandbox_uid},gid={sandbox_uid}"},
+        tmpfs={path: tmpfs for path in dict.fromkeys(["/work", *workdirs])},
         mem_limit=f"{limits.memory_mb}m",
         memswap_limit=f"{limits.memory_mb}m",
         pids_limit=limits.pids,
@@ -289,7 +297,7 @@ def create_container(
         _WATCHDOG,
         user=user,
         working_dir="/work",
-        labels={LABEL: "1", OWNER_LABEL: owner, PIDNS_LABEL: pid_namespace},
+        labels={**(labels or {}), LABEL: "1", OWNER_LABEL: owner, PIDNS_LABEL: pid_namespace},
         stdin_open=True,
         detach=False,
         host_config=host_config,

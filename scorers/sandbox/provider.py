@@ -4,6 +4,11 @@ For agentic tasks that need a sandbox during generation on engines where Inspect
 sandbox cannot run (Engine < 24, no Compose v2). One container per sample, network-less,
 read-only root, tmpfs /work, resource caps, non-root; removed at sample cleanup. Use it as
 `Task(..., sandbox="gradebook")`. Commands run as the submission uid unless `user` is given.
+
+A task with several named sandboxes (`sandbox("helper")`) gives their names in the config:
+`sandbox=("gradebook", GradebookSandboxConfig(environments=["default", "helper"]))`, one
+container each, the first the default. `archive` streams a tar of the workspace out (what
+workspaces.capture keeps of a sample's sandbox).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Literal, Union, overload
 import anyio
 from inspect_ai.util import ExecResult, SandboxEnvironment, SandboxEnvironmentConfigType, sandboxenv
 from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
+from pydantic import BaseModel, Field, field_validator
 
 from scorers.sandbox.image import image_tag, sandbox_users
 from scorers.sandbox.pool import SandboxLimits, _frames, create_container, owner_label, reap_orphans
@@ -98,16 +104,52 @@ def _kill_exec(api: Any, exec_id: str) -> None:
             pass
 
 
+class GradebookSandboxConfig(BaseModel, frozen=True):
+    """The "gradebook" provider's config: the names of a sample's sandboxes (one container
+    each; the first is the default)."""
+
+    # a tuple: Inspect hashes a task's sandbox spec, config included
+    environments: tuple[str, ...] = Field(default=("default",), min_length=1)
+
+    @field_validator("environments")
+    @classmethod
+    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v) or not all(name.strip() for name in v):
+            raise ValueError("environment names must be distinct and non-empty")
+        return v
+
+
+def _names(config: SandboxEnvironmentConfigType | None) -> list[str]:
+    if isinstance(config, GradebookSandboxConfig):
+        return list(config.environments)
+    return ["default"]
+
+
 @sandboxenv(name="gradebook")
 class GradebookSandboxEnvironment(SandboxEnvironment):
-    """One hardened container per sample (see scorers/sandbox/pool.py for the limits)."""
+    """One hardened container per sample (see scorers/sandbox/pool.py for the limits).
 
-    def __init__(self, client: Any, container: Any) -> None:
+    Args:
+        client: a `docker.DockerClient`.
+        container: the started container (`scorers.sandbox.pool.LiveContainer`).
+        image: the image it was started from.
+        workdir: where relative paths and commands without `cwd` go.
+    """
+
+    def __init__(
+        self, client: Any, container: Any, image: str | None = None, workdir: str = "/work"
+    ) -> None:
         super().__init__()
         self._client = client
         self._container = container
+        self.image = image
+        self.workdir = workdir
         users = sandbox_users()
         self._default_user = f"{users.sandbox_uid}:{users.sandbox_uid}"
+
+    @classmethod
+    def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
+        return GradebookSandboxConfig(**config)
 
     @classmethod
     async def task_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None) -> None:
@@ -127,16 +169,25 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
         def start() -> GradebookSandboxEnvironment:
             client = docker.from_env(timeout=120)
             harness_uid = sandbox_users().harness_uid
+            image = image_tag()
             container = create_container(
                 client,
-                image_tag(),
+                image,
                 SandboxLimits(),
                 user=f"{harness_uid}:{harness_uid}",
                 owner=owner_label(),
             )
-            return cls(client, container)
+            return cls(client, container, image)
 
-        return {"default": await anyio.to_thread.run_sync(start)}
+        environments: dict[str, SandboxEnvironment] = {}
+        try:
+            for name in _names(config):
+                environments[name] = await anyio.to_thread.run_sync(start)
+        except BaseException:
+            for started in environments.values():
+                await anyio.to_thread.run_sync(started.as_type(cls)._container.remove)
+            raise
+        return environments
 
     @classmethod
     async def sample_cleanup(
@@ -162,7 +213,7 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
         concurrency: bool = True,
     ) -> ExecResult[str]:
         stdin = input.encode() if isinstance(input, str) else input
-        workdir = cwd if cwd and cwd.startswith("/") else f"/work/{cwd}" if cwd else "/work"
+        workdir = self._path(cwd) if cwd else self.workdir
         code, out, err = await anyio.to_thread.run_sync(
             lambda: _exec_blocking(
                 self._client,
@@ -207,7 +258,7 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
                 self._container.id,
                 ["cat", "--", path],
                 user=self._default_user,
-                workdir="/work",
+                workdir=self.workdir,
                 env=None,
                 stdin=None,
                 timeout=60,
@@ -224,4 +275,39 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
         return out.decode() if text else out
 
     def _path(self, file: str) -> str:
-        return file if file.startswith("/") else f"/work/{file}"
+        return file if file.startswith("/") else f"{self.workdir}/{file}"
+
+    async def archive(self, paths: list[str], cap: int, timeout: float = 120) -> tuple[bytes, str]:
+        """A tar stream of `paths` (absolute) as the sandbox uid reads them, and tar's
+        complaints (files it could not read are left out, not fatal).
+
+        Raises:
+            RuntimeError: the stream is longer than `cap` bytes, or tar failed.
+            TimeoutError: it took longer than `timeout` seconds.
+        """
+        relative = [p.lstrip("/") or "." for p in paths]
+        code, out, err = await anyio.to_thread.run_sync(
+            lambda: _exec_blocking(
+                self._client,
+                self._container.id,
+                [
+                    "tar",
+                    "--create",
+                    "--file=-",
+                    "--ignore-failed-read",
+                    "--directory=/",
+                    "--",
+                    *relative,
+                ],  # fmt: skip
+                user=self._default_user,
+                workdir="/",
+                env=None,
+                stdin=None,
+                timeout=timeout,
+                cap=cap,
+            )
+        )
+        message = err.decode(errors="replace")
+        if code not in (0, 1):  # 1: a file changed while it was read (kept as read)
+            raise RuntimeError(f"tar exited {code}: {message.strip()[-300:]}")
+        return out, message

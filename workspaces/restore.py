@@ -1,0 +1,595 @@
+"""Restore at scoring: a scorer that calls `sandbox()` gets a fresh container with the workspace
+its sample's agent left, captured at generation (workspaces.capture).
+
+`Sandboxes` is one sample's sandboxes while one scorer grades it. Within `provided()` Inspect's
+`sandbox()` and `sandbox("name")` return them (the scorer runs unchanged), each a
+`RecordingSandbox` (workspaces.evidence) over a `LazySandbox`, which on its first call:
+
+1. takes a place among the containers this process may run at once (`container_slots`: as many
+   as the sandbox pool runs, one per core),
+2. reads the archive its record names from the store, checks its sha256 and makes it canonical
+   again (a stored object is hostile input: workspaces.archive),
+3. starts a locked-down container from gradebook's sandbox image, exactly as the sandbox pool's
+   (no network, read-only root, capabilities dropped, non-root, memory/pids/CPU caps, a
+   lifeline that ends it with this process), with a tmpfs at each workspace path,
+4. unpacks the archive there as the sandbox uid (`archive.EXTRACT`).
+
+A sample whose log has no record (a log from elsewhere, or a task without a sandbox) gets a
+fresh container of the same image for any name it asks for: enough for a scorer that runs the
+completion's code. `aclose()` removes every container the sample started, whatever happened,
+also one still starting when the scorer was cancelled.
+
+Re-judging from the warehouse alone: a sample whose last grading under the same fingerprint
+left it unscored because its judge failed (`grader_failed`) after every sandbox call had
+completed is handed those calls (`sandbox_replay` in its state: the scoring stage's retry puts
+them there), and its sandboxes answer the same calls with the recorded results, in order, with
+no container. A call that differs from the recorded one (a scorer that does not repeat itself)
+leaves the sample unscored (`verifier_error`), and its next retry restores a container.
+
+What cannot be restored is not guessed at: the scorer's first sandbox call raises, and
+`settle()` turns the sample's result into `unscored` with the reason, whatever the scorer made
+of the exception: `sandbox_unavailable` (no Docker Engine or image; graded again by
+`--retry-unscored`), `workspace_not_captured` (capture failed at generation, with its reason),
+`workspace_missing` (the store does not hold the archive; also retried), `workspace_unusable`
+(the archive or the record is damaged or too large).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Union, overload
+
+from inspect_ai.util import ExecResult, SandboxEnvironment
+
+from scorers.sandbox.image import ImageBuildError, image_tag, sandbox_users
+from scorers.sandbox.pool import (
+    SandboxLimits,
+    SandboxUnavailable,
+    create_container,
+    engine_with_image,
+    owner_label,
+)
+from scorers.sandbox.provider import GradebookSandboxEnvironment
+from workspaces.archive import DEFAULT_MAX_BYTES, EXTRACT, ArchiveError, canonical, check_roots
+from workspaces.evidence import Evidence, RecordingSandbox, sha256_of
+from workspaces.record import STORE_KEY, SandboxRecord, WorkspaceRecord
+from workspaces.store import ObjectMissing, ObjectUnusable, WorkspaceStore
+
+__all__ = [
+    "RESTORE_LABEL",
+    "STORES_ENV",
+    "LazySandbox",
+    "REPLAY_KEY",
+    "Replay",
+    "ReplaySandbox",
+    "RestoreSettings",
+    "Sandboxes",
+    "ScoringFailure",
+    "container_slots",
+]
+
+STORES_ENV = "GRADEBOOK_WORKSPACE_STORES"  # more store directories to look in (os.pathsep)
+RESTORE_LABEL = "gradebook.workspace"  # on every restore container: "restore"
+_EXTRACT_TIMEOUT_S = 120
+_MIB = 1024 * 1024
+
+Reason = Literal[
+    "sandbox_unavailable",
+    "workspace_not_captured",
+    "workspace_missing",
+    "workspace_unusable",
+    "verifier_error",
+]
+REPLAY_KEY = "sandbox_replay"  # in a sample's state: the calls of its last grading, to replay
+
+
+class ScoringFailure(Exception):
+    """A sample's sandbox could not be given to its scorer: `reason` is the unscored reason."""
+
+    def __init__(self, reason: Reason, explanation: str) -> None:
+        super().__init__(explanation)
+        self.reason = reason
+        self.explanation = explanation
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    """The sandbox a sandbox scorer's samples are restored into (its image and limits are what
+    its fingerprint covers: scorers.inspect_scorers.sandboxed.sandbox_spec).
+
+    Attributes:
+        image: the image (gradebook's sandbox image unless GRADEBOOK_SANDBOX_IMAGE says).
+        limits: the container caps (the sandbox pool's).
+        max_bytes: cap on an archive read back from the store.
+        stores: more store directories, tried after the one a record names.
+    """
+
+    image: str
+    limits: SandboxLimits = SandboxLimits()
+    max_bytes: int = DEFAULT_MAX_BYTES
+    stores: tuple[str, ...] = ()
+
+    @classmethod
+    def here(cls) -> RestoreSettings:
+        stores = tuple(p for p in os.environ.get(STORES_ENV, "").split(os.pathsep) if p)
+        return cls(image=image_tag(), stores=stores)
+
+
+_SLOTS: dict[int, asyncio.Semaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def container_slots() -> asyncio.Semaphore:
+    """The running event loop's limit on samples holding restore containers at once: the
+    sandbox pool's own bound (one per core)."""
+    loop = asyncio.get_running_loop()
+    with _SLOTS_LOCK:
+        found = _SLOTS.get(id(loop))
+        if found is None:
+            found = _SLOTS[id(loop)] = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+        return found
+
+
+# this process's Docker clients whose Engine answered, by the environment that names the Engine
+_CLIENTS: dict[tuple[str | None, ...], Any] = {}
+_CLIENT_LOCK = threading.Lock()
+_ENGINE_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+
+
+def _client(image: str, *, check: bool = False) -> Any:
+    """A Docker client whose Engine answered and held `image` (checked once per process and
+    Engine, and again with `check`: after a container failed to start).
+
+    Raises:
+        SandboxUnavailable: no Engine, or no image.
+    """
+    key = tuple(os.environ.get(name) for name in _ENGINE_ENV) + (image,)
+    with _CLIENT_LOCK:
+        if key in _CLIENTS and not check:
+            return _CLIENTS[key]
+        try:
+            client, _ = engine_with_image(image, _CLIENTS.get(key))
+        except ImageBuildError as exc:
+            _CLIENTS.pop(key, None)
+            raise SandboxUnavailable(str(exc)) from None
+        except SandboxUnavailable:
+            _CLIENTS.pop(key, None)
+            raise
+        _CLIENTS[key] = client
+        return client
+
+
+class Sandboxes:
+    """One sample's sandboxes while one scorer grades it.
+
+    Args:
+        state_json: the sample's state as the scoring stage hands it over (its `store` holds
+            the workspace record); None: no record.
+        settings: where to restore (default: `RestoreSettings.here()`).
+    """
+
+    def __init__(self, state_json: str | None, settings: RestoreSettings | None = None) -> None:
+        self.settings = settings or RestoreSettings.here()
+        self.evidence = Evidence()
+        self.failure: ScoringFailure | None = None
+        self.record: WorkspaceRecord | None = None
+        self._bad_record: str | None = None
+        self.replay: Replay | None = None
+        try:
+            # most samples have no record: a substring test spares parsing their whole state
+            wanted = state_json and (STORE_KEY in state_json or REPLAY_KEY in state_json)
+            state = json.loads(state_json) if wanted else {}
+            state = state if isinstance(state, dict) else {}
+            store = state.get("store")
+            if isinstance(store, str):  # DuckDB hands a JSON column over as its text
+                store = json.loads(store)
+            self.replay = Replay.from_evidence(state.get(REPLAY_KEY))
+            self.record = WorkspaceRecord.from_store(store)
+        except (ValueError, TypeError) as exc:
+            self._bad_record = str(exc)[:300]
+        self._started: list[asyncio.Future[Any]] = []  # container starts, done or not
+        self._slot: asyncio.Semaphore | None = None
+        names = [s.name for s in self.record.sandboxes] if self.record else ["default"]
+        self.default = names[0] if "default" not in names else "default"
+        self.environments = _Environments(self, names, open_ended=self.record is None)
+
+    # -- what the scorer sees ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def provided(self) -> Iterator[None]:
+        """Within the block, Inspect's `sandbox()` returns this sample's sandboxes."""
+        from inspect_ai.util._sandbox.context import (
+            sandbox_default_context_var,
+            sandbox_environments_context_var,
+            sandbox_with_environments_context_var,
+        )
+
+        tokens = (
+            sandbox_environments_context_var.set(self.environments),
+            sandbox_with_environments_context_var.set({}),
+            sandbox_default_context_var.set(self.default),
+        )
+        try:
+            yield
+        finally:
+            sandbox_default_context_var.reset(tokens[2])
+            sandbox_with_environments_context_var.reset(tokens[1])
+            sandbox_environments_context_var.reset(tokens[0])
+
+    async def reserve(self) -> None:
+        """Take this sample's place among the containers (before its time limit starts, for a
+        scorer known to use a sandbox; else at its first sandbox call)."""
+        if self._slot is None:
+            slot = container_slots()
+            await slot.acquire()
+            self._slot = slot
+
+    def fail(self, failure: ScoringFailure) -> ScoringFailure:
+        if self.failure is None:
+            self.failure = failure
+        return failure
+
+    # -- the sample's end --------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Remove every container this sample started (waits for one still starting). Their
+        lifelines are closed first, which ends them: the sample's place among the containers
+        is free before Docker has finished removing them."""
+        containers = []
+        try:
+            for started in self._started:
+                try:
+                    env = await asyncio.shield(started)
+                except BaseException:  # noqa: BLE001, S112 - a start that failed left nothing
+                    continue
+                env._container.close_lifeline()  # noqa: SLF001 - its own container
+                containers.append(env._container)  # noqa: SLF001
+        finally:
+            self._started.clear()
+            if self._slot is not None:
+                self._slot.release()
+                self._slot = None
+            loop = asyncio.get_running_loop()
+            for container in containers:
+                await loop.run_in_executor(None, container.remove)
+
+    def settle(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The sample's result row (flows.grading_pool's ResultRow) with the sandbox evidence
+        in its metadata, and `unscored` with the failure's reason if a sandbox could not be
+        given (whatever the scorer returned after the exception)."""
+        used = self.evidence.total or self.evidence.restored or self.failure
+        if not used:
+            return row
+        try:
+            meta = json.loads(row[5]) if row[5] else {}
+        except (TypeError, ValueError):
+            meta = {}
+        meta = meta if isinstance(meta, dict) else {}
+        meta["sandbox"] = self.evidence.to_json()
+        text = json.dumps(meta, default=str)
+        if self.failure is not None:
+            return ("unscored", None, None, self.failure.explanation[:300], self.failure.reason,
+                    text, row[6])  # fmt: skip
+        return (*row[:5], text, row[6])
+
+    # -- restoring ---------------------------------------------------------------------------
+
+    def _archive(self, record: SandboxRecord) -> tuple[bytes, list[str], list[Any]]:
+        """The canonical archive a record names, from the first store that has it."""
+        if self.record is None or not record.digest:
+            raise ScoringFailure("workspace_unusable", "the workspace record names no archive")
+        try:
+            roots = check_roots(record.paths)
+        except ArchiveError as exc:
+            raise ScoringFailure("workspace_unusable", f"workspace record: {exc}") from None
+        stores = [self.record.store, *self.settings.stores]
+        data = None
+        for root in stores:
+            try:
+                data = WorkspaceStore(root).get(record.digest, self.settings.max_bytes)
+                break
+            except ObjectMissing:
+                continue
+            except ObjectUnusable as exc:
+                raise ScoringFailure("workspace_unusable", str(exc)) from None
+            except OSError as exc:  # an unreadable store: as if it were not there
+                _ = exc
+                continue
+        if data is None:
+            raise ScoringFailure(
+                "workspace_missing",
+                f"workspace {record.digest[:12]} of sandbox {record.name!r} is in none of the "
+                f"stores {', '.join(stores)}: mount the store there, or name its directory in "
+                f"{STORES_ENV}, then grade again with --retry-unscored",
+            )
+        try:
+            clean = canonical(data, roots, max_bytes=self.settings.max_bytes)
+        except ArchiveError as exc:
+            raise ScoringFailure("workspace_unusable", f"workspace archive: {exc}") from None
+        return clean.data, roots, list(clean.skipped)
+
+    def _start(
+        self, name: str, roots: list[str], size: int, workdir: str
+    ) -> GradebookSandboxEnvironment:
+        """A started restore container (blocking: run in a thread)."""
+        client = _client(self.settings.image)
+        limits = self.settings.limits
+        if size:
+            # room for the restored files on top of the sandbox's own work space
+            extra = math.ceil(size / _MIB) + 1
+            limits = SandboxLimits(**{**asdict(limits), "work_mb": limits.work_mb + extra})
+        harness = sandbox_users().harness_uid
+        writable = [r for r in roots if r != "/work" and not r.startswith("/work/")]
+        if workdir != "/" and not any(
+            workdir == r or workdir.startswith(r + "/") for r in ["/work", *roots]
+        ):
+            writable.append(workdir)  # the working directory, empty, as a fresh sandbox has it
+
+        def create(client: Any) -> Any:
+            return create_container(
+                client,
+                self.settings.image,
+                limits,
+                user=f"{harness}:{harness}",
+                owner=owner_label(),
+                workdirs=writable,
+                labels={RESTORE_LABEL: "restore"},
+            )
+
+        try:
+            container = create(client)
+        except Exception:  # noqa: BLE001 - the Engine or the image went away: say which
+            client = _client(self.settings.image, check=True)
+            container = create(client)
+        return GradebookSandboxEnvironment(client, container, self.settings.image, workdir)
+
+    async def start(self, name: str) -> GradebookSandboxEnvironment:
+        """The container of sandbox `name`, restored (the first call of a LazySandbox).
+
+        Raises:
+            ScoringFailure: as the module says.
+        """
+        t0 = time.perf_counter()
+        if self._bad_record is not None:
+            raise self.fail(ScoringFailure("workspace_unusable", self._bad_record))
+        record = self.record.named(name) if self.record is not None else None
+        if record is not None and record.status != "captured":
+            raise self.fail(
+                ScoringFailure(
+                    "workspace_not_captured",
+                    f"sandbox {name!r} was not captured at generation: {record.error or 'no reason given'}",
+                )
+            )
+        loop = asyncio.get_running_loop()
+        data, roots, skipped, workdir = b"", ["/work"], [], "/work"
+        if record is not None:
+            try:
+                data, roots, skipped = await loop.run_in_executor(None, self._archive, record)
+                workdir = _workdir(record.workdir, roots)
+            except ScoringFailure as exc:
+                raise self.fail(exc) from None
+        await self.reserve()
+        started = loop.run_in_executor(None, self._start, name, roots, len(data), workdir)
+        self._started.append(started)
+        try:
+            env = await asyncio.shield(started)
+        except SandboxUnavailable as exc:
+            raise self.fail(ScoringFailure("sandbox_unavailable", str(exc))) from None
+        except Exception as exc:  # noqa: BLE001 - the Engine refused the container
+            raise self.fail(
+                ScoringFailure("sandbox_unavailable", f"could not start a sandbox container: {exc}")
+            ) from None
+        restored: dict[str, Any] = {"image": self.settings.image, "paths": roots}
+        if record is not None:
+            result = await env.exec(
+                ["python3", "-I", "-S", "-c", EXTRACT, *roots],
+                input=data,
+                cwd="/",
+                timeout=_EXTRACT_TIMEOUT_S,
+            )
+            if not result.success:
+                raise self.fail(
+                    ScoringFailure(
+                        "workspace_unusable",
+                        f"restoring sandbox {name!r} failed: {result.stderr.strip()[-300:]}",
+                    )
+                )
+            restored |= {"digest": record.digest, "files": int(result.stdout.strip() or 0)}
+            if skipped:
+                restored["skipped"] = [f"{s.path} ({s.why})" for s in skipped]
+        else:
+            restored["fresh"] = True  # nothing was captured: the image as it is
+        restored["seconds"] = round(time.perf_counter() - t0, 4)
+        self.evidence.restored[name] = restored
+        return env
+
+
+def _workdir(recorded: str | None, roots: list[str]) -> str:
+    """The restored sandbox's working directory: the recorded one when it is a usable path
+    (the filesystem root, or a directory a workspace may be restored to), else /work."""
+    if recorded is None:
+        return "/work"
+    if recorded == "/":
+        return recorded
+    try:
+        return check_roots([recorded])[0]
+    except ArchiveError:
+        raise ScoringFailure(
+            "workspace_unusable", f"workspace record: working directory {recorded!r} is unusable"
+        ) from None
+
+
+class _Environments(dict):  # type: ignore[type-arg]
+    """A sample's sandboxes by name, as Inspect's context holds them. With no record (nothing
+    was captured) any name a scorer asks for is a fresh sandbox of its own."""
+
+    def __init__(self, owner: Sandboxes, names: list[str], *, open_ended: bool) -> None:
+        super().__init__({n: self._make(owner, n) for n in names})
+        self._owner = owner
+        self._open = open_ended
+
+    @staticmethod
+    def _make(owner: Sandboxes, name: str) -> RecordingSandbox:
+        inner = ReplaySandbox(owner, name) if owner.replay else LazySandbox(owner, name)
+        return RecordingSandbox(name, inner, owner.evidence)
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        if name not in self and self._open and isinstance(name, str):
+            self[name] = self._make(self._owner, name)
+        return super().get(name, default)
+
+
+class LazySandbox(SandboxEnvironment):
+    """Sandbox `name` of a sample: started and restored at its first call."""
+
+    def __init__(self, owner: Sandboxes, name: str) -> None:
+        super().__init__()
+        self._owner = owner
+        self._name = name
+        self._env: GradebookSandboxEnvironment | None = None
+        self._lock = asyncio.Lock()
+
+    async def _ready(self) -> GradebookSandboxEnvironment:
+        if self._env is None:
+            async with self._lock:
+                if self._env is None:
+                    self._env = await self._owner.start(self._name)
+        return self._env
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
+        box = await self._ready()
+        return await box.exec(cmd, input, cwd, env, user, timeout, timeout_retry, concurrency)
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        await (await self._ready()).write_file(file, contents)
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> Union[str | bytes]:  # noqa: UP007
+        return await (await self._ready()).read_file(file, text)  # type: ignore[call-overload]
+
+    @classmethod
+    async def sample_cleanup(cls, *args: Any, **kwargs: Any) -> None:
+        """Not a provider: `Sandboxes.aclose` removes the containers."""
+
+
+class ReplayMismatch(Exception):
+    """A scorer's sandbox call that is not the one recorded next."""
+
+
+class Replay:
+    """The recorded sandbox calls of a sample's last grading, served back in order."""
+
+    def __init__(self, calls: list[dict[str, Any]]) -> None:
+        self.calls = calls
+        self.next = 0
+
+    @classmethod
+    def from_evidence(cls, evidence: Any) -> Replay | None:
+        """A replay of a grading's evidence (`score.metadata.sandbox`), when every call it made
+        is kept whole; else None."""
+        if isinstance(evidence, str):
+            evidence = json.loads(evidence)
+        if not isinstance(evidence, dict):
+            return None
+        calls = evidence.get("calls")
+        if not isinstance(calls, list) or not calls or evidence.get("calls_total") != len(calls):
+            return None
+        if not all(isinstance(c, dict) and c.get("complete") is True for c in calls):
+            return None
+        return cls(calls)
+
+    def take(self, name: str, op: str, **given: Any) -> dict[str, Any]:
+        """The next recorded call, which must be this one.
+
+        Raises:
+            ReplayMismatch: it is not.
+        """
+        if self.next >= len(self.calls):
+            raise ReplayMismatch(
+                f"call {self.next + 1} ({op}) was not made in the recorded grading"
+            )
+        call = self.calls[self.next]
+        same = call.get("sandbox") == name and call.get("op") == op
+        if not same or any(call.get(k) != v for k, v in given.items()):
+            raise ReplayMismatch(f"call {self.next + 1} ({op} in {name!r}) is not the recorded one")
+        self.next += 1
+        return call
+
+
+class ReplaySandbox(SandboxEnvironment):
+    """Sandbox `name` of a sample re-judged from its recorded calls: no container."""
+
+    def __init__(self, owner: Sandboxes, name: str) -> None:
+        super().__init__()
+        self._owner = owner
+        self._name = name
+
+    def _take(self, op: str, **given: Any) -> dict[str, Any]:
+        assert self._owner.replay is not None
+        self._owner.evidence.restored.setdefault(self._name, {"replayed": True})
+        try:
+            return self._owner.replay.take(self._name, op, **given)
+        except ReplayMismatch as exc:
+            raise self._owner.fail(
+                ScoringFailure(
+                    "verifier_error",
+                    f"re-judging from the recorded sandbox calls: {exc} (the scorer does not "
+                    "repeat its calls); graded again in a restored container on the next retry",
+                )
+            ) from None
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
+        call = self._take("exec", command=list(cmd), cwd=cwd, user=user,
+                          input_sha256=sha256_of(input), env_sha256=sha256_of(env or None))  # fmt: skip
+        code = int(call.get("exit_code") or 0)
+        return ExecResult(success=code == 0, returncode=code,
+                          stdout=str(call.get("stdout") or ""), stderr=str(call.get("stderr") or ""))  # fmt: skip
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        self._take("write_file", path=file, contents_sha256=sha256_of(contents))
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> Union[str | bytes]:  # noqa: UP007
+        return str(self._take("read_file", path=file, text=text).get("content") or "")
+
+    @classmethod
+    async def sample_cleanup(cls, *args: Any, **kwargs: Any) -> None:
+        """Not a provider: nothing to clean up."""
