@@ -551,10 +551,12 @@ def test_cli_ingest_sql_and_export(log, tmp_path):
             "run_pass_at_k",
             "runs",
             "samples",
+            "sandbox_calls",
             "score_history",
             "scores",
             "verifier_specs",
             "verifiers",
+            "workspaces",
         )
     ]
     assert pq.read_table(out / "gates.parquet").schema.names[:3] == ["gate_id", "created", "run_id"]

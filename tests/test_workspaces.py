@@ -212,11 +212,13 @@ def test_no_restore_container_outlives_a_killed_score(
         # only containers this test's processes own: another run may share the Engine
         pids = {str(p) for p in _descendants(proc.pid)} if proc.poll() is None else set()
         pids |= seen_pids
+        # one listing that carries the labels (tests/docker_kit.py): containers.list() inspects
+        # each container, and one another process removed meanwhile fails it with a 404
         out = []
-        for c in client.containers.list(all=True, filters={"label": f"{RESTORE_LABEL}=restore"}):
-            owner_pid = c.labels.get(OWNER_LABEL, "::").split(":")[1]
+        for c in client.api.containers(all=True, filters={"label": f"{RESTORE_LABEL}=restore"}):
+            owner_pid = (c.get("Labels") or {}).get(OWNER_LABEL, "::").split(":")[1]
             if owner_pid in pids:
-                out.append(c)
+                out.append(c["Id"])
         return out
 
     seen_pids: set[str] = set()
@@ -234,7 +236,7 @@ def test_no_restore_container_outlives_a_killed_score(
         proc.wait()
         deadline = time.monotonic() + 60
         while ours():
-            assert time.monotonic() < deadline, f"left behind: {[c.id[:12] for c in ours()]}"
+            assert time.monotonic() < deadline, f"left behind: {[c[:12] for c in ours()]}"
             time.sleep(0.5)
     finally:
         if proc.poll() is None:
