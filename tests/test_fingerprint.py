@@ -211,9 +211,30 @@ def test_corrupt_entries_are_recomputed(toy, new_process):
     for entry in data["files"].values():
         entry["imports"] = 5
     data["files"]["not a key"] = {"normalised": 1}
-    data["dists"]["map"] = {"json": "not-a-list"}
+    for dists in data["dists"]:
+        dists["map"] = {"json": "not-a-list"}
+    data["dists"].append("not a map")
     cache_file.write_text(json.dumps(data))
     assert fingerprint(verifier()) == expected
+
+
+def test_checkouts_taking_turns_keep_each_ones_distribution_map(
+    toy, new_process, monkeypatch
+):
+    """Two checkouts of one user (each its own virtualenv) share the cache file: a command in
+    one must not make the other's next command scan every installed distribution again
+    (seconds on a busy machine, the bulk of a no-op `gradebook score`)."""
+    _, verifier = toy
+    here = sys_path_stamp()
+    expected = fingerprint(verifier())  # this environment's map saved
+    new_process()
+    monkeypatch.setattr(fp_module, "sys_path_stamp", lambda: [["/other/checkout/.venv", 1]])
+    fingerprint(verifier())  # another environment: scans, saves its own map
+    new_process()
+    monkeypatch.setattr(fp_module, "sys_path_stamp", lambda: here)
+    with monkeypatch.context() as m:
+        _no_parsing(m)
+        assert fingerprint(verifier()) == expected
 
 
 def test_an_unwritable_cache_dir_is_not_an_error(toy, new_process, tmp_path, monkeypatch):

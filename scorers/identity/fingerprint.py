@@ -477,7 +477,7 @@ def _installed() -> dict[str, Any]:
     """
     global _INSTALLED
     stamp = sys_path_stamp()
-    for known in (_INSTALLED, _disk().dists):
+    for known in (_INSTALLED, _disk().dists_for(stamp)):
         if (
             isinstance(known, dict)
             and known.get("stamp") == stamp
@@ -493,6 +493,5 @@ def _installed() -> dict[str, Any]:
         "map": {k: sorted(set(v)) for k, v in mapping.items()},
         "versions": {},
     }
-    _disk().dists = _INSTALLED
-    _disk().dirty = True
+    _disk().put_dists(_INSTALLED)
     return _INSTALLED
