@@ -102,14 +102,23 @@ BUSY_PROCESSES = 2
 
 @contextmanager
 def busy(n: int) -> Iterator[None]:
-    """`n` processes spinning on a core each while the block runs (a fixed CPU load)."""
+    """`n` processes spinning on a core each while the block runs (a fixed CPU load), each
+    already spinning when the block starts (an interpreter's start is not the load)."""
     procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
     try:
+        while min(_cpu_seconds(p.pid) for p in procs) < 0.2:
+            time.sleep(0.05)
         yield
     finally:
         for p in procs:
             p.kill()
             p.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _check_anchor(log_dir: Path) -> None:
