@@ -218,9 +218,7 @@ def test_corrupt_entries_are_recomputed(toy, new_process):
     assert fingerprint(verifier()) == expected
 
 
-def test_checkouts_taking_turns_keep_each_ones_distribution_map(
-    toy, new_process, monkeypatch
-):
+def test_checkouts_taking_turns_keep_each_ones_distribution_map(toy, new_process, monkeypatch):
     """Two checkouts of one user (each its own virtualenv) share the cache file: a command in
     one must not make the other's next command scan every installed distribution again
     (seconds on a busy machine, the bulk of a no-op `gradebook score`)."""
