@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -87,10 +88,17 @@ CONFIG = textwrap.dedent(
 )
 
 
-def _timed(args: list[str], env: dict[str, str], cwd: Path) -> float:
+CPU: dict[str, list[float]] = {}  # command -> CPU seconds of each run (it and its children)
+
+
+def _timed(args: list[str], env: dict[str, str], cwd: Path, label: str) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    CPU.setdefault(label, []).append(cpu)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(args[:3])} failed ({out.returncode}): {out.stderr[-2000:]}")
     return took
@@ -163,7 +171,7 @@ def main() -> None:
         sql = [*gb, "sql", "select 1", "--db", str(db)]
         rescore = [*gb, "rescore", "--db", str(db)]
         try:
-            cold = _timed(sweep, env, tmp)  # starts the shared server
+            cold = _timed(sweep, env, tmp, "cold sweep")  # starts the shared server
             log = sorted((tmp / "logs").glob("*.eval"))[0]
             score = [*gb, "score", str(log), "--db", str(db)]
             noops = {"sql": sql, "score": score, "rescore": rescore}
@@ -171,13 +179,13 @@ def main() -> None:
                 k: [] for k in ("sweep", "eval", *noops, *(f"busy {k}" for k in noops))
             }
             for _ in range(repeat):  # interleaved: the machine's load moves during the run
-                times["sweep"].append(_timed(sweep, env, tmp))
-                times["eval"].append(_timed(evaluate, env, tmp))
+                times["sweep"].append(_timed(sweep, env, tmp, "sweep"))
+                times["eval"].append(_timed(evaluate, env, tmp, "eval"))
                 for k, cmd in noops.items():
-                    times[k].append(_timed(cmd, env, tmp))
+                    times[k].append(_timed(cmd, env, tmp, k))
                 with busy(BUSY_PROCESSES):
                     for k, cmd in noops.items():
-                        times[f"busy {k}"].append(_timed(cmd, env, tmp))
+                        times[f"busy {k}"].append(_timed(cmd, env, tmp, f"busy {k}"))
             _check_anchor(tmp / "inspect-logs")
         finally:
             stop_server(home)
@@ -204,6 +212,9 @@ def main() -> None:
                         med["busy sql"], ratio, f"<= 3x sql under {load}", ratio <= 3))  # fmt: skip
     for k, v in times.items():
         print(f"{k}: " + ", ".join(f"{s:.2f}" for s in v) + " s")
+    # wall time against CPU time tells waiting (a lock, I/O) from work slowed by the load
+    for k, v in CPU.items():
+        print(f"CPU {k}: " + ", ".join(f"{s:.2f}" for s in v) + " s")
     emit("CLI overhead (each command a fresh process)", rows, args.json)
 
 
