@@ -224,7 +224,8 @@ def inspect_side(log: Path, n: int, tmp: Path, failing: bool) -> Side:
     """`inspect score` with the judge as the grader role, writing a scored copy of the log."""
     from inspect_ai.log import read_eval_log
 
-    out = tmp / f"inspect-{n}-{'failing' if failing else 'ok'}{log.suffix}"  # written as the log is
+    # a new file each time: `inspect score` asks before overwriting one, and a run has no stdin
+    out = tmp / f"inspect-{n}-{'failing' if failing else 'ok'}-{time.monotonic_ns()}{log.suffix}"
     role = json.dumps({"model": JUDGE, **JUDGE_CONFIG})
     with servers(failing) as (judge, gen):
         seconds = _run(
