@@ -138,7 +138,9 @@ def big_log(n: int) -> Path:
     return target
 
 
-def bench_ingest(n: int, work: Path) -> Row:
+def bench_ingest(n: int, work: Path, *, judge: bool = True) -> Row:
+    """`judge` False: too few samples for the bar (set for 20,000: at 1,000 the fixed costs of
+    a warehouse write, its connection and checkpoint, are most of the ingest)."""
     from inspect_ai.analysis import samples_df
 
     log = big_log(n)
@@ -156,15 +158,16 @@ def bench_ingest(n: int, work: Path) -> Row:
 
     ours_s = min(ours() for _ in range(2))
     value, anchor = n / ours_s, n / anchor_s
-    return Row(
+    return judged(
         f"ingest a {n:,}-sample log",
         value,
         "samples/s",
         "inspect_ai.analysis.samples_df",
         anchor,
         value / anchor,
-        "ratio >= 1.0",
+        "ratio >= 1.0 on 20,000 samples",
         value / anchor >= 1.0,
+        judge=judge,
     )
 
 
@@ -279,7 +282,7 @@ def main(
         work = Path(tmp)
         rows = [
             bench_write(write_n, work),
-            bench_ingest(log_n, work),
+            bench_ingest(log_n, work, judge=not quick),
             *bench_queries(query_n, work, judge=not quick),
         ]
     emit("warehouse", rows, json_path)
