@@ -235,6 +235,21 @@ def test_checkouts_taking_turns_keep_each_ones_distribution_map(toy, new_process
         assert fingerprint(verifier()) == expected
 
 
+def test_a_save_keeps_the_map_another_checkout_saved_meanwhile(toy, new_process):
+    """Two commands of two checkouts at once: the one that saves last keeps the other's map."""
+    _, verifier = toy
+    other = [["/other/checkout/.venv", 1]]
+    fp_module._disk()  # this command loads the cache (empty) first
+    theirs = fp_cache.FingerprintCache.load()  # meanwhile another checkout's command saves
+    theirs.put_dists({"stamp": other, "map": {}, "versions": {}})
+    theirs.save()
+    fingerprint(verifier())  # this command scans its environment and saves
+    saved = json.loads((cache_dir() / fp_cache._FILE_NAME).read_text())["dists"]
+    assert sorted(json.dumps(d["stamp"]) for d in saved) == sorted(
+        [json.dumps(other), json.dumps(sys_path_stamp())]
+    )
+
+
 def test_an_unwritable_cache_dir_is_not_an_error(toy, new_process, tmp_path, monkeypatch):
     _, verifier = toy
     expected = fingerprint(verifier())

@@ -84,6 +84,7 @@ class FingerprintCache:
     def __init__(self) -> None:
         self.files: dict[str, dict[str, Any]] = {}
         self.dists: list[dict[str, Any]] = []  # one per environment, newest last
+        self._put: set[str] = set()  # the environments whose map this process saved
         self.dirty = False
 
     @classmethod
@@ -110,6 +111,7 @@ class FingerprintCache:
         """Keep `entry` (a map with its "stamp") as its environment's, the newest."""
         others = [d for d in self.dists if d.get("stamp") != entry.get("stamp")]
         self.dists = [*others, entry][-_MAX_ENVS:]
+        self._put.add(_stamp_key(entry))
         self.dirty = True
 
     def save(self) -> None:
@@ -119,8 +121,9 @@ class FingerprintCache:
         if not self.dirty:
             return
         now = FingerprintCache.load()
-        ours = {json.dumps(d.get("stamp")) for d in self.dists}
-        dists = [d for d in now.dists if json.dumps(d.get("stamp")) not in ours] + self.dists
+        # the other environments' maps as they are on disk now, then the ones put here
+        dists = [d for d in now.dists if _stamp_key(d) not in self._put]
+        dists += [d for d in self.dists if _stamp_key(d) in self._put]
         data = {
             "format": _FORMAT,
             "interpreter": _interpreter(),
@@ -141,6 +144,10 @@ class FingerprintCache:
         except OSError:
             return  # a read-only home or a full disk only costs the next process the work
         self.dirty = False
+
+
+def _stamp_key(entry: dict[str, Any]) -> str:
+    return json.dumps(entry.get("stamp"))
 
 
 def file_key(name: str, sha256: str) -> str:

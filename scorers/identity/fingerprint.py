@@ -459,7 +459,7 @@ def _third_party_versions(imports: Iterable[str]) -> dict[str, str]:
                     known[dist] = importlib.metadata.version(dist)
                 except importlib.metadata.PackageNotFoundError:
                     known[dist] = None
-                _disk().dirty = True
+                _disk().put_dists(installed)
             if known[dist] is not None:
                 versions[dist] = known[dist]
     return versions
