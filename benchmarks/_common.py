@@ -18,11 +18,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+# what a row says when this run is too small to judge its bar (a --quick run's fixed costs)
+SEE_FULL_RUN = "see the full run"
+
 
 @dataclass
 class Row:
-    """One measured quantity. `ratio` = value / anchor_value; `bar` says the target in words
-    (None, with `meets_bar` None: an informational row)."""
+    """One measured quantity. `ratio` = value / anchor_value; `bar` says the target in words.
+
+    A row that only informs has neither a bar nor a verdict (`bar` and `meets_bar` None); a
+    row whose bar this run is too small to judge keeps its bar, names the full run in it, and
+    gives no verdict (`meets_bar` None). Either way it is not a miss.
+    """
 
     name: str
     value: float
@@ -32,6 +39,41 @@ class Row:
     ratio: float
     bar: str | None
     meets_bar: bool | None
+
+    def __post_init__(self) -> None:
+        # a verdict without a bar, or a bar left unjudged without saying where it is judged,
+        # would read as a pass (or a miss) the run did not measure
+        if self.bar is None and self.meets_bar is not None:
+            raise ValueError(f"{self.name}: an informational row (bar None) has no verdict")
+        if self.bar is not None and self.meets_bar is None and SEE_FULL_RUN not in self.bar:
+            raise ValueError(f"{self.name}: bar {self.bar!r} is left unjudged without saying "
+                             f"{SEE_FULL_RUN!r}")  # fmt: skip
+        if self.meets_bar is not None:
+            self.meets_bar = bool(self.meets_bar)
+
+
+def info(name: str, value: float, unit: str, anchor: str, anchor_value: float,
+         ratio: float) -> Row:  # fmt: skip
+    """A row that informs: no bar, no verdict."""
+    return Row(name, value, unit, anchor, anchor_value, ratio, None, None)
+
+
+def judged(name: str, value: float, unit: str, anchor: str, anchor_value: float, ratio: float,
+           bar: str, meets: bool, *, judge: bool = True) -> Row:  # fmt: skip
+    """A row with a bar; with `judge` False (a run too small for it) the bar stands, says
+    "see the full run", and the row gives no verdict."""
+    if judge:
+        return Row(name, value, unit, anchor, anchor_value, ratio, bar, meets)
+    return Row(name, value, unit, anchor, anchor_value, ratio, f"{bar}: {SEE_FULL_RUN}", None)
+
+
+def verdict(row: Row) -> str:
+    """The table's "meets bar" cell."""
+    if row.bar is None:
+        return "info"
+    if row.meets_bar is None:
+        return SEE_FULL_RUN
+    return "yes" if row.meets_bar else "NO"
 
 
 def stage_args(description: str, quick_help: str, quick_n: int, full_n: int = 20_000):
@@ -80,7 +122,7 @@ def emit(title: str, rows: list[Row], json_path: Path | None) -> None:
             f"{r.anchor_value:,.3f}",
             f"{r.ratio:.3f}",
             r.bar or "–",
-            "–" if r.meets_bar is None else "yes" if r.meets_bar else "NO",
+            verdict(r),
         )
     Console(width=200).print(table)
     if json_path is not None:

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
 
-from _common import Row, emit, use_bench_prefect  # noqa: E402
+from _common import Row, emit, judged, use_bench_prefect  # noqa: E402
 
 CACHE = ROOT / ".bench"
 
@@ -224,8 +224,10 @@ def main() -> None:
     rows = [
         Row(f"re-score {n} agentic samples from the workspace store", n / ours_s, "samples/s",
             anchor, n / theirs_s, theirs_s / ours_s, ">= 3x", theirs_s / ours_s >= 3),
-        Row("generation time added by capture", 100 * overhead, "%",
-            "generation without capture (s)", plain_s, cap_s / plain_s, "<= 10%", overhead <= 0.10),
+        # one turn (--quick) cannot tell a 10 % difference from the machine's noise
+        judged("generation time added by capture", 100 * overhead, "%",
+               "generation without capture (s)", plain_s, cap_s / plain_s, "<= 10%",
+               overhead <= 0.10, judge=not args.quick),
         Row("stored bytes per sample after deduplication", stored / n, "bytes",
             "archive bytes per sample (uncompressed)", sum(b["bytes"] for b in boxes) / n,
             stored / max(1, sum(b["bytes"] for b in boxes)), None, None),

@@ -6,7 +6,10 @@ Rows, each the median of 3 runs, all in one run of this script against anchors o
   `inspect eval` of the same task with the same mockllm model (bar: <= 1.5x); and the cold first
   sweep, which starts that server (informational);
 - `gradebook score` of a log that is already scored, and `gradebook rescore` with nothing
-  changed (no-ops), against `gradebook sql "select 1"` (bar: <= 2x).
+  changed (no-ops), against `gradebook sql "select 1"` (bar: <= 2x);
+- the same no-ops and the same anchor again while two busy processes (`while True: pass`) run
+  beside them, a fixed CPU load on top of whatever else the machine runs (bar: <= 3x `sql`
+  under that load).
 
 The task is written here and loads under Inspect's own loader; its model (mockllm with scripted
 answers that carry token usage, so nothing is downloaded) is the task's own for `inspect eval`
@@ -20,18 +23,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from _common import Row, emit  # noqa: E402
+from _common import Row, emit, info  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -82,13 +88,45 @@ CONFIG = textwrap.dedent(
 )
 
 
-def _timed(args: list[str], env: dict[str, str], cwd: Path) -> float:
+CPU: dict[str, list[float]] = {}  # command -> CPU seconds of each run (it and its children)
+
+
+def _timed(args: list[str], env: dict[str, str], cwd: Path, label: str) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     took = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    CPU.setdefault(label, []).append(cpu)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(args[:3])} failed ({out.returncode}): {out.stderr[-2000:]}")
     return took
+
+
+BUSY = "while True: pass"
+BUSY_PROCESSES = 2
+
+
+@contextmanager
+def busy(n: int) -> Iterator[None]:
+    """`n` processes spinning on a core each while the block runs (a fixed CPU load), each
+    already spinning when the block starts (an interpreter's start is not the load)."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
+    try:
+        while min(_cpu_seconds(p.pid) for p in procs) < 0.2:
+            time.sleep(0.05)
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _check_anchor(log_dir: Path) -> None:
@@ -133,18 +171,21 @@ def main() -> None:
         sql = [*gb, "sql", "select 1", "--db", str(db)]
         rescore = [*gb, "rescore", "--db", str(db)]
         try:
-            cold = _timed(sweep, env, tmp)  # starts the shared server
+            cold = _timed(sweep, env, tmp, "cold sweep")  # starts the shared server
             log = sorted((tmp / "logs").glob("*.eval"))[0]
             score = [*gb, "score", str(log), "--db", str(db)]
+            noops = {"sql": sql, "score": score, "rescore": rescore}
             times: dict[str, list[float]] = {
-                k: [] for k in ("sweep", "eval", "sql", "score", "rescore")
+                k: [] for k in ("sweep", "eval", *noops, *(f"busy {k}" for k in noops))
             }
             for _ in range(repeat):  # interleaved: the machine's load moves during the run
-                times["sweep"].append(_timed(sweep, env, tmp))
-                times["eval"].append(_timed(evaluate, env, tmp))
-                times["sql"].append(_timed(sql, env, tmp))
-                times["score"].append(_timed(score, env, tmp))
-                times["rescore"].append(_timed(rescore, env, tmp))
+                times["sweep"].append(_timed(sweep, env, tmp, "sweep"))
+                times["eval"].append(_timed(evaluate, env, tmp, "eval"))
+                for k, cmd in noops.items():
+                    times[k].append(_timed(cmd, env, tmp, k))
+                with busy(BUSY_PROCESSES):
+                    for k, cmd in noops.items():
+                        times[f"busy {k}"].append(_timed(cmd, env, tmp, f"busy {k}"))
             _check_anchor(tmp / "inspect-logs")
         finally:
             stop_server(home)
@@ -154,9 +195,8 @@ def main() -> None:
         Row(f"1-sample gradebook sweep, server up ({n})", med["sweep"], "s",
             "inspect eval, 1 sample, mockllm", med["eval"], med["sweep"] / med["eval"],
             "<= 1.5x", med["sweep"] / med["eval"] <= 1.5),
-        Row("1-sample gradebook sweep, cold (starts the local server)", cold, "s",
-            "inspect eval, 1 sample, mockllm", med["eval"], cold / med["eval"],
-            "informational", True),
+        info("1-sample gradebook sweep, cold (starts the local server)", cold, "s",
+             "inspect eval, 1 sample, mockllm", med["eval"], cold / med["eval"]),
         Row(f"gradebook score, nothing to do ({n})", med["score"], "s",
             'gradebook sql "select 1"', med["sql"], med["score"] / med["sql"],
             "<= 2x", med["score"] / med["sql"] <= 2),
@@ -164,6 +204,17 @@ def main() -> None:
             'gradebook sql "select 1"', med["sql"], med["rescore"] / med["sql"],
             "<= 2x", med["rescore"] / med["sql"] <= 2),
     ]  # fmt: skip
+    load = f"{BUSY_PROCESSES} busy processes beside it"
+    anchor = f'gradebook sql "select 1", {BUSY_PROCESSES} busy processes beside it'
+    for k, what in (("score", "nothing to do"), ("rescore", "nothing changed")):
+        ratio = med[f"busy {k}"] / med["busy sql"]
+        rows.append(Row(f"gradebook {k}, {what}, {load} ({n})", med[f"busy {k}"], "s", anchor,
+                        med["busy sql"], ratio, f"<= 3x sql under {load}", ratio <= 3))  # fmt: skip
+    for k, v in times.items():
+        print(f"{k}: " + ", ".join(f"{s:.2f}" for s in v) + " s")
+    # wall time against CPU time tells waiting (a lock, I/O) from work slowed by the load
+    for k, v in CPU.items():
+        print(f"CPU {k}: " + ", ".join(f"{s:.2f}" for s in v) + " s")
     emit("CLI overhead (each command a fresh process)", rows, args.json)
 
 

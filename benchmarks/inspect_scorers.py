@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
 
-from _common import Row, emit, stage_args, use_bench_prefect  # noqa: E402
+from _common import emit, info, judged, stage_args, use_bench_prefect  # noqa: E402
 
 CACHE = ROOT / ".bench"
 # answer styles for target t: right at the end, right mid-sentence, wrong, formatted, none
@@ -176,16 +176,16 @@ def main() -> None:
     if abs(correct / n - cli_accuracy) > 1e-9:
         raise SystemExit(f"stage accuracy {correct / n} != inspect score's {cli_accuracy}")
     rows = [
-        Row("score stage, match() (log ingested)", n / stage_s, "samples/s",
-            "inspect score --scorer match", n / cli_s, cli_s / stage_s, ">= 5x inspect score",
-            cli_s / stage_s >= 5),
-        Row("score stage from a fresh warehouse (ingest included)", n / fresh_s, "samples/s",
-            "inspect score --scorer match", n / cli_s, cli_s / fresh_s, "informational", True),
-        Row("score stage vs inspect_ai.score() in-process (no CLI start-up, no log written)",
-            n / stage_s, "samples/s", "inspect_ai.score(log, match())", n / api_s,
-            api_s / stage_s, "informational", True),
-        Row("ingest (informational, not in the stage rows)", n / ingest_s, "samples/s",
-            "inspect score --scorer match", n / cli_s, cli_s / ingest_s, "informational", True),
+        judged("score stage, match() (log ingested)", n / stage_s, "samples/s",
+               "inspect score --scorer match", n / cli_s, cli_s / stage_s, ">= 5x inspect score",
+               cli_s / stage_s >= 5, judge=not args.quick),
+        info("score stage from a fresh warehouse (ingest included)", n / fresh_s, "samples/s",
+             "inspect score --scorer match", n / cli_s, cli_s / fresh_s),
+        info("score stage vs inspect_ai.score() in-process (no CLI start-up, no log written)",
+             n / stage_s, "samples/s", "inspect_ai.score(log, match())", n / api_s,
+             api_s / stage_s),
+        info("ingest (not in the stage rows)", n / ingest_s, "samples/s",
+             "inspect score --scorer match", n / cli_s, cli_s / ingest_s),
     ]  # fmt: skip
     emit(f"Inspect scorer match() ({n:,} samples, {args.workers} workers)", rows, args.json)
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import Row, emit  # noqa: E402
+from benchmarks._common import Row, emit, info  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "math" / "math500_test.jsonl"
 PROMPTS, PER_PROMPT = 512, 16
@@ -224,17 +224,16 @@ def main() -> None:
     rows = [
         Row(f"throughput, {step} in one TRL call", tput, "rewards/s", "math-verify", mv_tput,
             tput / mv_tput, ">= 10x math-verify", tput / mv_tput >= 10),
-        Row(f"wall time, {step}, {len(cores)} cores", batch_s, "s", "math-verify", mv_s,
-            batch_s / mv_s, "reported", True),
-        Row("p50 latency, one completion per call", 1000 * pct(ours_times, 0.5), "ms",
-            "math-verify", 1000 * pct(mv_times, 0.5), pct(ours_times, 0.5) / pct(mv_times, 0.5),
-            "reported", True),
-        Row("p99 latency, one completion per call", 1000 * pct(ours_times, 0.99), "ms",
-            "math-verify", 1000 * pct(mv_times, 0.99), pct(ours_times, 0.99) / pct(mv_times, 0.99),
-            "reported", True),
-        Row("agreement with how completions were built", 100 * agreement(batch, labels), "%",
-            "math-verify", 100 * agreement(mv_values, labels),
-            agreement(batch, labels) / max(agreement(mv_values, labels), 1e-9), "reported", True),
+        info(f"wall time, {step}, {len(cores)} cores", batch_s, "s", "math-verify", mv_s,
+             batch_s / mv_s),
+        info("p50 latency, one completion per call", 1000 * pct(ours_times, 0.5), "ms",
+             "math-verify", 1000 * pct(mv_times, 0.5), pct(ours_times, 0.5) / pct(mv_times, 0.5)),
+        info("p99 latency, one completion per call", 1000 * pct(ours_times, 0.99), "ms",
+             "math-verify", 1000 * pct(mv_times, 0.99),
+             pct(ours_times, 0.99) / pct(mv_times, 0.99)),
+        info("agreement with how completions were built", 100 * agreement(batch, labels), "%",
+             "math-verify", 100 * agreement(mv_values, labels),
+             agreement(batch, labels) / max(agreement(mv_values, labels), 1e-9)),
     ]  # fmt: skip
     calm, stalled = server_latency(0), server_latency(SLOW_CLIENTS)
     rows.append(

@@ -5,20 +5,21 @@
 Rows:
   - score flow (a real Prefect flow run against a local server, on a log already ingested, so
     its ingest step is the idempotent no-op; ingest is timed as its own row) in samples/s,
-    against (a) a bare single-process loop calling `is_correct` on the already-extracted answers
-    (bar: >= 1.5x on 2 cores) and (b) `inspect_ai.score()` with the same math scorer on the same
-    log (bar: >= 3x). In the full run the flow and the bare loop run three times each, taking
-    turns, and the row compares their medians (each pair's ratio is printed too): the load of
-    a shared machine drifts over the minutes between two single runs. Above 20,000 samples
-    the bare loop grades the 20,000-sample log's pairs once per epoch (the same pairs as the
-    big log's), and the inspect score anchor is timed on the 20,000-sample log (the big one's
-    first epoch) and compared per sample: on the whole log it would take hours; --quick times
-    it on the log's first 200 samples, per sample.
-  - the score flow against the bare loop split over `--workers` processes at once, each with
-    its own sympy worker (informational): the same work on every core with no pipeline around
-    it, so the ratio is the stage's share of an ideal split; and the split loop against the
-    bare loop, what that many processes gain on this work at that moment (the ceiling of the
-    first row, measured on the work itself rather than on a busy loop).
+    against the bare loop split over `--workers` processes at once, each with its own sympy
+    worker: the same work on every core with no pipeline around it, the honest limit of the
+    stage on this machine (bar: >= 0.8x, the median of 3 alternating rounds; --quick runs one
+    round on a log that is mostly fixed cost: see the full run). In the full run the bare loop,
+    the split loop and the flow run three times each, taking turns, and the row compares their
+    medians (each round's ratios are printed too): the load of a shared machine drifts over the
+    minutes between two single runs.
+  - the same flow against a bare single-process loop calling `is_correct` on the
+    already-extracted answers, and the split loop against that loop (what that many processes
+    gain on this work at that moment): informational, as the 1-process loop's speed moves
+    20-30% with host load. And against `inspect_ai.score()` with the same math scorer on the
+    same log (bar: >= 3x). Above 20,000 samples the bare loops grade the 20,000-sample log's
+    pairs once per epoch (the same pairs as the big log's), and the inspect score anchor is
+    timed on the 20,000-sample log (the big one's first epoch) and compared per sample: on the
+    whole log it would take hours; --quick times it on the log's first 200 samples, per sample.
   - peak RSS of the score flow's process tree: the flow's process plus every grading worker,
     zygote and sympy worker it starts, polled from /proc during the flow run (bar: <= 1.5 GB).
     The anchors run in a process of their own, so what they read does not count here.
@@ -57,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
 sys.path.append(str(ROOT / "tests"))  # warehouse_logs: the repeated-epochs log
 
-from _common import Row, emit, stage_args, use_bench_prefect  # noqa: E402
+from _common import emit, info, judged, stage_args, use_bench_prefect  # noqa: E402
 from _tree_rss import TreeRss  # noqa: E402
 
 CACHE = ROOT / ".bench"
@@ -443,55 +444,50 @@ def main() -> None:
     print("bare loop s: " + ", ".join(f"{b:.1f}" for b in bare_runs)
           + "; split loop s: " + ", ".join(f"{x:.1f}" for x in split_runs)
           + "; score flow s: " + ", ".join(f"{f:.1f}" for f in flow_runs)
-          + "; ratio per pair: " + ", ".join(f"{r:.2f}" for r in pairs))  # fmt: skip
+          + "; flow vs bare per round: " + ", ".join(f"{r:.2f}" for r in pairs)
+          + "; flow vs split per round: " + ", ".join(
+              f"{x / f:.2f}" for x, f in zip(split_runs, flow_runs, strict=True)))  # fmt: skip
     assert rss is not None
     print("peak RSS row, each process's own peak (MB): " + "; ".join(
         f"{label} {'+'.join(map(str, mbs))}" for label, mbs in rss.peaks_by_label().items()
     ))  # fmt: skip
+    full = not args.quick  # a --quick log is mostly fixed cost: the bars are the full run's
     rows = [
-        Row(f"score flow vs bare is_correct loop (median of {repeats}, taking turns)",
-            n / flow_s, "samples/s", "bare loop, 1 process", n / bare_s, bare_s / flow_s,
-            f">= 1.5x the bare loop on {args.workers} cores", bare_s / flow_s >= 1.5),
-        Row(f"score flow vs the bare loop split over {args.workers} processes at once "
-            f"(median of {repeats}): the same work on every core, no pipeline",
-            n / flow_s, "samples/s", f"bare loop, {args.workers} processes", n / split_s,
-            split_s / flow_s, "informational: the stage's share of an ideal split", True),
-        Row(f"the split loop vs the bare loop: what {args.workers} processes gain on this "
-            "work, now (the ceiling of the first row)", n / split_s, "samples/s",
-            "bare loop, 1 process", n / bare_s, bare_s / split_s, "informational", True),
-        Row(f"CPU scaling, {args.workers} busy processes (a busy loop: the ceiling for work "
-            "that shares nothing)",
-            scaling, "x", "1 process", 1.0, scaling,
-            f"informational: {args.workers:.1f} on {args.workers} idle cores", True),
-        Row("score flow vs inspect score", n / flow_s, "samples/s", insp_anchor,
-            n / insp_s, insp_s / flow_s, ">= 3x inspect score", insp_s / flow_s >= 3),
-        Row(f"peak RSS, score flow's process tree ({rss.processes} processes): the sum of "
-            "each one's own peak", rss.peak_bytes / 1e6, "MB", "the bar", RSS_BAR_BYTES / 1e6,
-            rss.peak_bytes / RSS_BAR_BYTES, "<= 1,500 MB", rss.peak_bytes <= RSS_BAR_BYTES),
-        Row("peak PSS of that tree at one poll (shared pages split between processes)",
-            rss.peak_pss_bytes / 1e6, "MB", "peak RSS row above", rss.peak_bytes / 1e6,
-            rss.peak_pss_bytes / rss.peak_bytes, "informational", True),
-        Row("ingest (informational, not in the flow rows)", n / ingest_s, "samples/s",
-            "bare loop, 1 process", n / bare_s, bare_s / ingest_s, "informational", True),
-        Row("score flow re-run, nothing to score (fixed cost)", fixed_s, "s",
-            "score flow, first run", flow_s, fixed_s / flow_s,
-            "informational: share of the first run that is fixed cost", True),
+        judged(f"score flow vs the bare loop split over {args.workers} processes at once "
+               f"(median of {repeats} alternating rounds): the same work on every core, no "
+               "pipeline", n / flow_s, "samples/s", f"bare loop, {args.workers} processes",
+               n / split_s, split_s / flow_s, ">= 0.8x the split loop, median of 3 rounds",
+               split_s / flow_s >= 0.8, judge=full and repeats >= REPEATS),
+        info(f"score flow vs bare is_correct loop (median of {repeats}, taking turns)",
+             n / flow_s, "samples/s", "bare loop, 1 process", n / bare_s, bare_s / flow_s),
+        info(f"the split loop vs the bare loop: what {args.workers} processes gain on this "
+             "work, now (the ceiling of the row above)", n / split_s, "samples/s",
+             "bare loop, 1 process", n / bare_s, bare_s / split_s),
+        info(f"CPU scaling, {args.workers} busy processes (a busy loop: the ceiling for work "
+             f"that shares nothing; {args.workers:.1f} on {args.workers} idle cores)",
+             scaling, "x", "1 process", 1.0, scaling),
+        judged("score flow vs inspect score", n / flow_s, "samples/s", insp_anchor,
+               n / insp_s, insp_s / flow_s, ">= 3x inspect score", insp_s / flow_s >= 3,
+               judge=full),
+        judged(f"peak RSS, score flow's process tree ({rss.processes} processes): the sum of "
+               "each one's own peak", rss.peak_bytes / 1e6, "MB", "the bar",
+               RSS_BAR_BYTES / 1e6, rss.peak_bytes / RSS_BAR_BYTES, "<= 1,500 MB",
+               rss.peak_bytes <= RSS_BAR_BYTES, judge=full),
+        info("peak PSS of that tree at one poll (shared pages split between processes)",
+             rss.peak_pss_bytes / 1e6, "MB", "peak RSS row above", rss.peak_bytes / 1e6,
+             rss.peak_pss_bytes / rss.peak_bytes),
+        info("ingest (not in the flow rows)", n / ingest_s, "samples/s",
+             "bare loop, 1 process", n / bare_s, bare_s / ingest_s),
+        info("score flow re-run, nothing to score (fixed cost; its share of the first run)",
+             fixed_s, "s", "score flow, first run", flow_s, fixed_s / flow_s),
     ]  # fmt: skip
     if not args.quick:
         with tempfile.TemporaryDirectory() as tmp:
             sweep_s, eval_s = sweep_overhead(Path(tmp))
         rows.append(
-            Row(
-                "gradebook sweep, 1 sample (Prefect start-up included)",
-                sweep_s,
-                "s",
-                "inspect eval, 1 sample",
-                eval_s,
-                sweep_s / eval_s,
-                "informational: fixed cost of one sweep",
-                True,
-            )  # fmt: skip
-        )
+            info("gradebook sweep, 1 sample (Prefect start-up included: fixed cost of a sweep)",
+                 sweep_s, "s", "inspect eval, 1 sample", eval_s, sweep_s / eval_s)
+        )  # fmt: skip
     from flows.runtime.background_server import stop_server
 
     stop_server()  # the shared local server this script's commands started in its home

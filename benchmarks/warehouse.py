@@ -27,7 +27,7 @@ import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import Row, best_of, emit  # noqa: E402
+from benchmarks._common import Row, best_of, emit, judged  # noqa: E402
 from warehouse import SCORE_SCHEMA, Warehouse  # noqa: E402
 from warehouse.migrations import migrate  # noqa: E402
 
@@ -138,7 +138,9 @@ def big_log(n: int) -> Path:
     return target
 
 
-def bench_ingest(n: int, work: Path) -> Row:
+def bench_ingest(n: int, work: Path, *, judge: bool = True) -> Row:
+    """`judge` False: too few samples for the bar (set for 20,000: at 1,000 the fixed costs of
+    a warehouse write, its connection and checkpoint, are most of the ingest)."""
     from inspect_ai.analysis import samples_df
 
     log = big_log(n)
@@ -156,20 +158,22 @@ def bench_ingest(n: int, work: Path) -> Row:
 
     ours_s = min(ours() for _ in range(2))
     value, anchor = n / ours_s, n / anchor_s
-    return Row(
+    return judged(
         f"ingest a {n:,}-sample log",
         value,
         "samples/s",
         "inspect_ai.analysis.samples_df",
         anchor,
         value / anchor,
-        "ratio >= 1.0",
+        "ratio >= 1.0 on 20,000 samples",
         value / anchor >= 1.0,
+        judge=judge,
     )
 
 
-def bench_queries(n: int, work: Path) -> list[Row]:
+def bench_queries(n: int, work: Path, *, judge: bool = True) -> list[Row]:
     """n score rows: 2 fingerprints of one scorer over n/2 (run, sample) keys, ~2% flips.
+    `judge` False: too few rows for the "< 1 s" bar (it is set for 10,000,000).
 
     Written through `Warehouse.write_scores` (the only write path, which also maintains the
     flip pairs `grade_flips` reads): the first fingerprint in one write, the second as a
@@ -218,15 +222,16 @@ def bench_queries(n: int, work: Path) -> list[Row]:
         ):
             seconds, out = best_of(lambda sql=sql: con.sql(sql).to_arrow_table())
             rows.append(
-                Row(
+                judged(
                     f"{view} over {total:,} score rows ({out.num_rows:,} result rows)",
                     seconds,
                     "s",
                     "full scan: count(*), sum(value)",
                     anchor_s,
                     seconds / anchor_s,
-                    "< 1 s",
+                    "< 1 s over 10,000,000 rows",
                     seconds < 1.0,
+                    judge=judge,
                 )
             )
     return [rescore_row, *rows]
@@ -277,8 +282,8 @@ def main(
         work = Path(tmp)
         rows = [
             bench_write(write_n, work),
-            bench_ingest(log_n, work),
-            *bench_queries(query_n, work),
+            bench_ingest(log_n, work, judge=not quick),
+            *bench_queries(query_n, work, judge=not quick),
         ]
     emit("warehouse", rows, json_path)
 

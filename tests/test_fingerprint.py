@@ -211,9 +211,43 @@ def test_corrupt_entries_are_recomputed(toy, new_process):
     for entry in data["files"].values():
         entry["imports"] = 5
     data["files"]["not a key"] = {"normalised": 1}
-    data["dists"]["map"] = {"json": "not-a-list"}
+    for dists in data["dists"]:
+        dists["map"] = {"json": "not-a-list"}
+    data["dists"].append("not a map")
     cache_file.write_text(json.dumps(data))
     assert fingerprint(verifier()) == expected
+
+
+def test_checkouts_taking_turns_keep_each_ones_distribution_map(toy, new_process, monkeypatch):
+    """Two checkouts of one user (each its own virtualenv) share the cache file: a command in
+    one must not make the other's next command scan every installed distribution again
+    (seconds on a busy machine, the bulk of a no-op `gradebook score`)."""
+    _, verifier = toy
+    here = sys_path_stamp()
+    expected = fingerprint(verifier())  # this environment's map saved
+    new_process()
+    monkeypatch.setattr(fp_module, "sys_path_stamp", lambda: [["/other/checkout/.venv", 1]])
+    fingerprint(verifier())  # another environment: scans, saves its own map
+    new_process()
+    monkeypatch.setattr(fp_module, "sys_path_stamp", lambda: here)
+    with monkeypatch.context() as m:
+        _no_parsing(m)
+        assert fingerprint(verifier()) == expected
+
+
+def test_a_save_keeps_the_map_another_checkout_saved_meanwhile(toy, new_process):
+    """Two commands of two checkouts at once: the one that saves last keeps the other's map."""
+    _, verifier = toy
+    other = [["/other/checkout/.venv", 1]]
+    fp_module._disk()  # this command loads the cache (empty) first
+    theirs = fp_cache.FingerprintCache.load()  # meanwhile another checkout's command saves
+    theirs.put_dists({"stamp": other, "map": {}, "versions": {}})
+    theirs.save()
+    fingerprint(verifier())  # this command scans its environment and saves
+    saved = json.loads((cache_dir() / fp_cache._FILE_NAME).read_text())["dists"]
+    assert sorted(json.dumps(d["stamp"]) for d in saved) == sorted(
+        [json.dumps(other), json.dumps(sys_path_stamp())]
+    )
 
 
 def test_an_unwritable_cache_dir_is_not_an_error(toy, new_process, tmp_path, monkeypatch):

@@ -9,6 +9,9 @@ unchanged:
   new key, and bytes seen before (an edit reverted) find theirs again;
 - the distribution map and the versions looked up, keyed on the mtimes of the `sys.path`
   directories: installing or removing a distribution adds or removes an entry in one of them.
+  One map is kept per environment (the newest few): every checkout of one user has its own
+  virtualenv and shares this file, and a single map would be replaced by each checkout's
+  commands in turn, so that each command of the other rescanned (seconds on a busy machine).
 
 The file lives in `$GRADEBOOK_CACHE_DIR`, else `$XDG_CACHE_HOME/gradebook`, else
 `~/.cache/gradebook`. It is a cache only: an unreadable, corrupt or foreign file is ignored and
@@ -24,8 +27,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-_FORMAT = 2
+_FORMAT = 3
 _MAX_FILES = 2000  # the newest entries kept: every edit of a module adds one
+_MAX_ENVS = 16  # the distribution maps kept: one per environment (virtualenv, sys.path)
 # one file per format: a gradebook of another format sharing the directory (another checkout)
 # would otherwise replace the file on every call, and each process would start cold
 _FILE_NAME = f"fingerprint-{_FORMAT}.json"
@@ -79,7 +83,8 @@ class FingerprintCache:
 
     def __init__(self) -> None:
         self.files: dict[str, dict[str, Any]] = {}
-        self.dists: dict[str, Any] | None = None
+        self.dists: list[dict[str, Any]] = []  # one per environment, newest last
+        self._put: set[str] = set()  # the environments whose map this process saved
         self.dirty = False
 
     @classmethod
@@ -92,21 +97,38 @@ class FingerprintCache:
             files, dists = data["files"], data.get("dists")
             if isinstance(files, dict):
                 cache.files = files
-            if isinstance(dists, dict):
-                cache.dists = dists
+            if isinstance(dists, list):
+                cache.dists = [d for d in dists if isinstance(d, dict)]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # missing or corrupt: start empty, the next save replaces it
         return cache
 
+    def dists_for(self, stamp: list[list[Any]]) -> dict[str, Any] | None:
+        """The distribution map saved for the environment whose `sys_path_stamp` is `stamp`."""
+        return next((d for d in reversed(self.dists) if d.get("stamp") == stamp), None)
+
+    def put_dists(self, entry: dict[str, Any]) -> None:
+        """Keep `entry` (a map with its "stamp") as its environment's, the newest."""
+        others = [d for d in self.dists if d.get("stamp") != entry.get("stamp")]
+        self.dists = [*others, entry][-_MAX_ENVS:]
+        self._put.add(_stamp_key(entry))
+        self.dirty = True
+
     def save(self) -> None:
-        """Write atomically (a reader sees the old file or the new one, never half of one)."""
+        """Write atomically (a reader sees the old file or the new one, never half of one),
+        merged into what is on disk now: another environment's process may have saved its
+        map since this one loaded, and must not lose it to this write."""
         if not self.dirty:
             return
+        now = FingerprintCache.load()
+        # the other environments' maps as they are on disk now, then the ones put here
+        dists = [d for d in now.dists if _stamp_key(d) not in self._put]
+        dists += [d for d in self.dists if _stamp_key(d) in self._put]
         data = {
             "format": _FORMAT,
             "interpreter": _interpreter(),
-            "files": dict(list(self.files.items())[-_MAX_FILES:]),
-            "dists": self.dists,
+            "files": dict(list({**now.files, **self.files}.items())[-_MAX_FILES:]),
+            "dists": dists[-_MAX_ENVS:],
         }
         directory = cache_dir()
         try:
@@ -122,6 +144,10 @@ class FingerprintCache:
         except OSError:
             return  # a read-only home or a full disk only costs the next process the work
         self.dirty = False
+
+
+def _stamp_key(entry: dict[str, Any]) -> str:
+    return json.dumps(entry.get("stamp"))
 
 
 def file_key(name: str, sha256: str) -> str:

@@ -483,7 +483,7 @@ def _third_party_versions(imports: Iterable[str]) -> dict[str, str]:
                     known[dist] = importlib.metadata.version(dist)
                 except importlib.metadata.PackageNotFoundError:
                     known[dist] = None
-                _disk().dirty = True
+                _disk().put_dists(installed)
             if known[dist] is not None:
                 versions[dist] = known[dist]
     return versions
@@ -501,7 +501,7 @@ def _installed() -> dict[str, Any]:
     """
     global _INSTALLED
     stamp = sys_path_stamp()
-    for known in (_INSTALLED, _disk().dists):
+    for known in (_INSTALLED, _disk().dists_for(stamp)):
         if (
             isinstance(known, dict)
             and known.get("stamp") == stamp
@@ -517,6 +517,5 @@ def _installed() -> dict[str, Any]:
         "map": {k: sorted(set(v)) for k, v in mapping.items()},
         "versions": {},
     }
-    _disk().dists = _INSTALLED
-    _disk().dirty = True
+    _disk().put_dists(_INSTALLED)
     return _INSTALLED
