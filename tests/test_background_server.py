@@ -462,7 +462,13 @@ def test_status_lists_every_home_of_the_user_and_stop_all_clears_the_dead_ones(
     _dead_record(elsewhere, prefect_version())
     note_home(elsewhere)
     (base / "prefect-2.0.0" / "storage").mkdir()  # what Prefect keeps in a home: not a home
-    env = {k: v for k, v in _env(tmp_path).items() if k != "GRADEBOOK_PREFECT_HOME"}
+    # neither home variable: the default home under the state directory (the session's
+    # prefect_api fixture, when it runs first, sets PREFECT_HOME in this process's env)
+    env = {
+        k: v
+        for k, v in _env(tmp_path).items()
+        if k not in ("GRADEBOOK_PREFECT_HOME", "PREFECT_HOME")
+    }
     env["XDG_STATE_HOME"] = str(state)
 
     status = json.loads(gradebook("server", "status", "--json", env=env).stdout)

@@ -32,7 +32,9 @@ def test_ingest_takes_a_directory_of_logs_recursively(log_dir: Path, tmp_path: P
     with Warehouse(db).read() as con:
         runs = dict(con.execute("SELECT task, n_samples FROM runs").fetchall())
     assert runs == {"top": 2, "nested": 3}
-    assert "notes.json" not in result.output  # only what Inspect lists as a log
+    # only logs are ingested; a .json file that is not one is named as skipped, not silently
+    assert "notes.json" in result.output and "skipped" in result.output
+    assert "notes.json: run" not in result.output
 
 
 def test_a_directory_without_logs_is_one_line(tmp_path: Path) -> None:

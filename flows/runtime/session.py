@@ -85,6 +85,7 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
             )
         with temporary_settings(updates=in_process_settings()):
             _settle_orphans()
+            lost = None
             try:
                 yield url
             except Exception as exc:
@@ -92,6 +93,9 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
                 if lost is None:
                     raise
                 raise lost from exc
+            finally:
+                if lost is None:
+                    _flush_to_server()
         return
 
     from flows.runtime.background_server import ensure_server, prefect_home
@@ -132,7 +136,7 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
                 raise lost from exc
             finally:
                 if lost is None:
-                    _drain_logs()  # with the server gone there is nowhere to send them
+                    _flush_to_server()  # with the server gone there is nowhere to send them
 
 
 def server_lost(
@@ -227,12 +231,33 @@ def _settle_orphans() -> None:
         pass
 
 
-def _drain_logs() -> None:
-    # Run logs are shipped to the API in the background: send them while this process still
-    # waits, so the last lines of a run are in the UI when the command returns.
+def _flush_to_server(timeout: float = 10.0) -> None:
+    """Send the run logs and events this process holds, then stop Prefect's senders.
+
+    Sent while the command still waits, so a run's last log lines and its task runs (which the
+    server records from events) are in the UI when the block ends. Stopped, because Prefect
+    keeps one event sender per process, bound to the API of the block that first sent: a later
+    block against another server (the Python API, a test session) would send its events to the
+    first one. And whatever cannot be sent within `timeout` is dropped: Prefect's exit-time drain
+    waits on every unsent item with no deadline, and one server gone made a process hang at exit
+    for as long as it retried each.
+    """
+    import asyncio
+
     try:
+        asyncio.get_running_loop()
+        return  # called from a coroutine: Prefect's drain would hand back an awaitable
+    except RuntimeError:
+        pass
+    try:
+        from prefect.events.worker import EventsWorker
         from prefect.logging.handlers import APILogWorker
 
-        APILogWorker.drain_all(timeout=5)
+        late = False
+        for service in (APILogWorker, EventsWorker):
+            _done, pending = service.drain_all(timeout=timeout)
+            late = late or bool(pending)
+        if late:
+            _drop_unsent()
     except Exception:  # noqa: S110 - best effort: losing a log line must not fail the command
         pass
