@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -47,6 +48,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if "prefect" in sys.modules:
+        # the session's servers are gone by now: what Prefect still holds for them is dropped,
+        # or its exit-time drain would retry each item with no deadline
+        from flows.runtime.session import flush_to_server
+
+        flush_to_server(timeout=5)
     if _session_home is not None:
         shutil.rmtree(_session_home, ignore_errors=True)
 

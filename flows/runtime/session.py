@@ -95,7 +95,7 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
                 raise lost from exc
             finally:
                 if lost is None:
-                    _flush_to_server()
+                    flush_to_server()
         return
 
     from flows.runtime.background_server import ensure_server, prefect_home
@@ -136,7 +136,7 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
                 raise lost from exc
             finally:
                 if lost is None:
-                    _flush_to_server()  # with the server gone there is nowhere to send them
+                    flush_to_server()  # with the server gone there is nowhere to send them
 
 
 def server_lost(
@@ -231,7 +231,7 @@ def _settle_orphans() -> None:
         pass
 
 
-def _flush_to_server(timeout: float = 10.0) -> None:
+def flush_to_server(timeout: float = 10.0) -> None:
     """Send the run logs and events this process holds, then stop Prefect's senders.
 
     Sent while the command still waits, so a run's last log lines and its task runs (which the
