@@ -14,18 +14,42 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from process_kit import wait_for
+
 from scorers.sandbox.image import sandbox_users
-from scorers.sandbox.pool import LABEL, OWNER_LABEL, owner_label
+from scorers.sandbox.pool import LABEL, OWNER_LABEL, owner_label, reap_orphans
 
 
 def owned(client: Any, owners: Iterable[str]) -> list[str]:
     """Ids of the sandbox containers (running or not) whose owner label is one of `owners`."""
+    return list(states(client, owners))
+
+
+def states(client: Any, owners: Iterable[str]) -> dict[str, str]:
+    """Each sandbox container of these owners, by id: its state ("created", "running", ...)."""
     wanted = set(owners)
-    return [
-        c["Id"]
+    return {
+        c["Id"]: c.get("State", "")
         for c in client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
         if (c.get("Labels") or {}).get(OWNER_LABEL) in wanted
-    ]
+    }
+
+
+def wait_gone_after_kill(client: Any, owners: Iterable[str], timeout: float) -> None:
+    """Wait until the containers of killed owners are gone, as a user's machine sees them go.
+
+    Every container that started ends by itself: its lifeline closed with its owner. One that
+    the owner created in the instant it was killed never started (no process, no memory: a
+    record) and is left for the next pool's reaper, `reap_orphans`. It runs here only once the
+    started ones are gone, so it cannot hide a lifeline that failed."""
+    owners = set(owners)
+    wait_for(
+        lambda: all(s == "created" for s in states(client, owners).values()),
+        timeout,
+        "the killed owners' started containers gone by themselves",
+    )
+    reap_orphans(client)
+    wait_for(lambda: not owned(client, owners), timeout, "the never-started ones reaped")
 
 
 def owners_of(pids: Iterable[int]) -> set[str]:

@@ -113,3 +113,44 @@ def test_the_test_limit_holds_inside_the_container_without_its_host(docker_sandb
             assert proc.poll() is None, "the host process was meant to be alive"
         finally:
             os.kill(proc.pid, signal.SIGCONT)
+
+
+# What a scorer killed between Docker's create and start leaves: it dies before the start call.
+CREATED_THEN_KILLED = """
+import docker, os
+from scorers.sandbox.image import image_tag, sandbox_users
+from scorers.sandbox.pool import LABEL, OWNER_LABEL, PIDNS_LABEL, _PID_NAMESPACE, _WATCHDOG
+from scorers.sandbox.pool import owner_label
+uid = sandbox_users().harness_uid
+cid = docker.from_env().api.create_container(
+    image_tag(), _WATCHDOG, user=f"{uid}:{uid}", stdin_open=True,
+    labels={LABEL: "1", OWNER_LABEL: owner_label(), PIDNS_LABEL: _PID_NAMESPACE},
+)["Id"]
+print(owner_label(), cid, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_container_its_owner_never_started_is_removed_by_the_next_pool(docker_sandbox):
+    import docker
+
+    from scorers.sandbox.pool import SandboxPool
+
+    client = docker.from_env()
+    killed = subprocess.run(
+        [sys.executable, "-c", CREATED_THEN_KILLED], capture_output=True, text=True, timeout=120
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    owner, cid = killed.stdout.split()
+    try:
+        # no lifeline ever reached it: nothing but a reaper ends a container that never started
+        assert docker_kit.states(client, [owner]) == {cid: "created"}
+        with SandboxPool(concurrency=1):
+            pass
+        # gone, or going: another session's reaper may be removing it at the same moment
+        wait_for(lambda: not owned(client, owner), 60, "the never-started container removed")
+    finally:
+        try:
+            client.api.remove_container(cid, force=True)
+        except docker.errors.APIError:
+            pass

@@ -86,8 +86,7 @@ def neighbour(docker_sandbox) -> Iterator[Neighbour]:
     finally:
         other.proc.kill()  # its lifelines close with it: its containers end by themselves
         other.proc.wait()
-        client = docker.from_env()
-        wait_for(lambda: not docker_kit.owned(client, other.owners()), 60, "its containers gone")
+        docker_kit.wait_gone_after_kill(docker.from_env(), other.owners(), 60)
 
 
 def test_pools_start_reap_and_isolate_while_a_neighbour_churns_containers(neighbour):

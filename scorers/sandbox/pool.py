@@ -20,7 +20,8 @@ owner's containers stop and are removed by Docker within moments; and the per-te
 limit also holds inside the container, where the harness server ends the container once a test
 overruns its limit by INSIDE_MARGIN_S. Containers also carry `gradebook.sandbox=1`, an owner
 label (host, pid, process start time) and the owner's pid namespace; a new pool removes the
-containers of owners that no longer run (a backstop for containers started by older versions).
+containers of owners that no longer run: those of older versions, and one created in the
+instant its owner was killed, before it started (a record without a process).
 Other checkouts, test runs and CI jobs share the Engine: a reaper judges only owners it can see
 (its own host and pid namespace), and a container that another process removes while it looks
 is not an error.
