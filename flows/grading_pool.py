@@ -591,6 +591,11 @@ class GradingPool:
                 while len(self._procs) < self.workers:
                     self._procs.append(_Worker(self._preload, self._broker))
 
+    @property
+    def forks_warm(self) -> bool:
+        """Whether the workers fork from a warm process (booted or booting: `start`)."""
+        return bool(self._warm)
+
     def _boot_warm(self, broker: ZygoteBroker) -> None:
         try:
             zygote: Zygote | None = broker.zygote(self._warm)

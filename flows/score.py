@@ -66,8 +66,7 @@ from flows.runtime.interrupts import (
 from flows.runtime.run_names import count, label_run, listed, parameter, tag
 from flows.runtime.run_owner import record_owner
 from flows.warm_start import (
-    EARLY_START_CHUNKS,
-    expected_samples,
+    starts_early,
     verifiers_for,
     warm_preload,
     worker_modules,
@@ -334,11 +333,13 @@ def stream_grades(
     todo = [i for i, e in enumerate(samples.errors) if e is None]
     chunks = _strided_chunks(todo, _chunk_size(verifier, opts))
     # one chunk or one worker: a round trip to a worker costs more than it saves -- unless
-    # this process's copy of the verifier is not the code `expect` names
+    # this process's copy of the verifier is not the code `expect` names, or the workers fork
+    # from a warm process that has done (or is doing) the start-up this one has not
     if (
         chunks
         and in_process
         and (pool.workers <= 1 or len(chunks) == 1)
+        and not pool.forks_warm
         and _runs_here(verifier, expect)
     ):
         stale: list[int] = []
@@ -1111,9 +1112,11 @@ def score_flow(
     with stop_on_signals():
         try:
             try:
-                # big logs: start the workers first, so their start-up overlaps the ingest
-                if expected_samples(logs) > EARLY_START_CHUNKS * opts.chunk_size:
-                    _start_for(pool, verifiers_for(logs, verifiers))
+                # big logs, and judges: start the workers first, so that their start-up
+                # overlaps the ingest
+                early = verifiers_for(logs, verifiers)
+                if starts_early(logs, warm_preload(early), opts.chunk_size):
+                    _start_for(pool, early)
                 plan, ingested = ingest_task(warehouse, logs, verifiers)
                 _label_score_run(ingested, plan)
                 summaries = score_runs(

@@ -17,6 +17,7 @@ __all__ = [
     "early_preload",
     "expected_samples",
     "prewarm_for",
+    "starts_early",
     "verifiers_for",
     "warm_judges",
     "warm_preload",
@@ -25,6 +26,17 @@ __all__ = [
 
 # logs of more samples than this many chunks: start the workers before the ingest
 EARLY_START_CHUNKS = 2
+
+
+def starts_early(logs: Sequence[str], preload: Sequence[PreloadEntry], chunk_size: int) -> bool:
+    """Whether the stage starts its workers before the ingest, forked from a warm process
+    booted at once (`prewarm_for`) when `preload` is not empty: for logs of more than
+    EARLY_START_CHUNKS chunks, and for a judge at any size. A judge's start-up (Inspect's
+    hooks, its provider's SDK: seconds of CPU) then runs beside the command's own (Prefect,
+    the flow run, the ingest), and a small log's one chunk is graded by a worker forked from
+    it (flows.score `stream_grades`), not after it in the command's process."""
+    judged = any(isinstance(e, tuple) and e[1] == "warm_judges" for e in preload)
+    return judged or expected_samples(logs) > EARLY_START_CHUNKS * chunk_size
 
 
 def expected_samples(logs: Sequence[str]) -> int:
@@ -155,20 +167,15 @@ def prewarm_for(
     early: Iterable[str] | None = None,
 ) -> None:
     """Boot the warm process for the stage that will score `logs` now, in the background, when
-    that stage will start its workers early (its logs are big enough) and they fork.
+    that stage will start its workers early (`starts_early`) and they fork.
 
     `early`: the command's `--verifier-module` entries, before any is loaded: boot from what
     they say alone (`early_preload`), or not at all when none is an Inspect scorer (called
     again once the verifiers are resolved, a boot already under way that serves them stands).
     """
-    if early is not None:
-        # decided without I/O first: a command with no Inspect scorer spec reads no header here
-        preload = early_preload(early)
-        if preload and expected_samples(logs) > EARLY_START_CHUNKS * chunk_size:
-            prewarm(preload)
-        return
-    if expected_samples(logs) <= EARLY_START_CHUNKS * chunk_size:
-        return
-    preload = warm_preload(verifiers_for(logs, verifiers))
-    if preload:
+    # decided without I/O first: a command with no Inspect scorer reads no header here
+    preload = (
+        early_preload(early) if early is not None else warm_preload(verifiers_for(logs, verifiers))
+    )
+    if preload and starts_early(logs, preload, chunk_size):
         prewarm(preload)

@@ -146,6 +146,69 @@ def test_judge_workers_fork_from_one_warm_process_grade_and_die_with_the_stage(
     assert not left, f"processes outlived their stage: {left}"
 
 
+# A small log's stage, as `gradebook score` runs it: the start-up decision, then grade_batch.
+_SMALL_STAGE = textwrap.dedent(
+    """
+    import json, sys, time
+    sys.path.insert(0, {root!r})
+    from flows.grading_pool import GradingPool
+    from flows.score import ScoreOptions, _start_for, grade_batch
+    from flows.warm_start import starts_early, warm_preload
+    from scorers.identity.fingerprint import fingerprint
+    from scorers.inspect_scorers.factories import ScorerSpec
+    from scorers.inspect_scorers.specs import resolve
+
+    verifier = resolve(ScorerSpec.from_json(json.loads(sys.argv[1])), trusted=True)
+    rows = [dict(zip(("completion", "target", "metadata", "sample_id", "state"), r),
+                 run_id="r", epoch=1, error=None) for r in json.loads(sys.argv[2])]
+    opts = ScoreOptions(workers=2)
+    pool = GradingPool(2)
+    early = starts_early([], warm_preload([verifier]), opts.chunk_size)
+    if early:
+        _start_for(pool, [verifier])
+    graded = grade_batch(pool, verifier, rows, opts, expect=fingerprint(verifier).digest)
+    from inspect_ai.hooks import _startup
+    zygote = pool._warm_zygote.proc.pid if pool._warm_zygote else None
+    print(json.dumps({{"early": early, "graded": graded, "zygote": zygote,
+                      "hooks_here": _startup._registry_hooks_loaded,
+                      "judge_sdk_here": "openai" in sys.modules}}), flush=True)
+    pool.close()
+    """
+)
+
+
+def test_a_small_judge_log_is_graded_by_a_worker_forked_from_the_warm_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One chunk of a judge scorer is not graded in the stage's own process: that would run
+    Inspect's start-up hooks and build the judge there, after Prefect's start and the ingest,
+    while the warm process booted at the command's start has done both beside them."""
+    from flows.warm_start import starts_early, warm_preload
+    from scorers.registry import get_verifier
+
+    monkeypatch.setenv("JUDGE_API_KEY", "test")
+    rows = _rows()
+    with scripted_server(_judge, models=["j"]) as server:
+        stage = subprocess.run(
+            [sys.executable, "-c", _SMALL_STAGE.format(root=str(ROOT)),
+             json.dumps(_spec(server.base_url)), json.dumps(rows)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert stage.returncode == 0, stage.stderr[-3000:]
+    out = json.loads(stage.stdout.splitlines()[-1])
+    assert out["early"] is True
+    assert [tuple(r[:2]) for r in out["graded"]] == [
+        ("scored", 0.0 if int(row[3]) % 4 == 0 else 1.0) for row in rows
+    ]
+    # graded by a worker forked from the warm process: the stage never started Inspect's
+    # hooks nor imported the judge's SDK itself
+    assert out["zygote"] is not None
+    assert (out["hooks_here"], out["judge_sdk_here"]) == (False, False)
+    # a math log of the same size needs no warm process: its one chunk is graded in place
+    assert warm_preload([get_verifier("math")]) == []
+    assert not starts_early([], [], 250)
+
+
 def test_a_warm_process_that_runs_threads_is_not_forked_from(tmp_path: Path) -> None:
     """A preload that starts a thread in the zygote: the pool starts its workers instead of
     forking them from a threaded process, and they still grade."""
