@@ -16,11 +16,10 @@ from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
-from rich.markup import escape
 
 from flows.config import ModelConfig, SweepConfig, TaskConfig, WorkspacesConfig, load_config
 from flows.model_servers import endpoint, server_problem
-from flows.runtime.console import err_console, one_line, verbose
+from flows.runtime.console import err_console, one_line, shown, verbose
 from flows.runtime.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
 from flows.runtime.progress import generation_progress, quiet_hook_banner
 from flows.runtime.run_names import count, label_run, parameter, tag
@@ -122,7 +121,7 @@ def run_generation(
             problem = f"cannot create model {model_cfg.model}: {_plain(exc)}"
     if problem is not None:
         # this model's pairs fail now, in one line each; the other models still run
-        err_console.print(f"[red]error:[/red] {escape(problem)}", soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {shown(problem)}", soft_wrap=True)
         return [
             GenerationResult(model_cfg.label, t.label, None, None, "error", 0, 0, problem)
             for t in tasks

@@ -41,10 +41,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
 from flows.config import SweepConfig
-from flows.runtime.console import console, err_console
+from flows.runtime.console import console, err_console, shown
 
 if TYPE_CHECKING:
     from flows.runtime.background_server import ServerInfo
@@ -239,7 +237,7 @@ def _settle(owners: set[str], api_url: str, local: ServerInfo | None) -> None:
         )
         why = str(lost) if lost is not None else str(exc)
         err_console.print(
-            f"gradebook serve: could not mark the stopped runs Cancelled: {escape(why)}",
+            f"gradebook serve: could not mark the stopped runs Cancelled: {shown(why)}",
             soft_wrap=True,
         )
 

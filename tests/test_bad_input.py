@@ -19,6 +19,8 @@ from warehouse_logs import truncated
 
 from warehouse import Warehouse
 
+HOSTILE_NAME = "copied\x1b]0;owned\x07\x1b[2J"
+
 
 @dataclass(frozen=True)
 class World:
@@ -32,6 +34,7 @@ class World:
     cut: Path  # the real log, cut short (a copy that stopped half-way)
     cfgdir: Path  # a directory holding a sweep config, given where the config goes
     typo_cfg: Path  # a sweep config with a misspelt key
+    hostile: Path  # the cut log under a name that would retitle and clear the terminal
 
 
 def _config(path: Path, *, warehouse: Path, model: str, modules: list[str]) -> Path:
@@ -84,6 +87,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     )
     (root / "cut").mkdir()
     cut = truncated(log, root / "cut" / "copied-half-way.eval")
+    hostile = truncated(log, root / "cut" / f"{HOSTILE_NAME}.eval")
     cfgdir = root / "configs"
     cfgdir.mkdir()
     (cfgdir / "nightly.toml").write_text('name = "n"\n')
@@ -92,7 +96,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
         'name = "typo"\nwarehouse = "typo.duckdb"\n[[models]]\nmodel = "mockllm/model"\n'
         'nmae = "m1"\n[[tasks]]\ntask = "math_verified"\n'
     )
-    return World(root, log, valid, notdb, broken_cfg, nokey_cfg, modules, cut, cfgdir, typo_cfg)
+    return World(
+        root, log, valid, notdb, broken_cfg, nokey_cfg, modules, cut, cfgdir, typo_cfg, hostile
+    )
 
 
 # (case id, argv with placeholders, the file that must stay as it was, text the line must name)
@@ -172,6 +178,13 @@ CASES = [
         "not a complete .eval archive: it ends before its zip directory",
     ),
     ("score-truncated", ["score", "{cut}", "--db", "{valid}"], "valid", "re-run its generation"),
+    # a file name from elsewhere is hostile too: its control characters are shown, not sent
+    (
+        "score-hostile-file-name",
+        ["score", "{hostile}", "--db", "{valid}"],
+        "valid",
+        "copied\\x1b]0;owned\\x07\\x1b[2J.eval: unreadable Inspect log",
+    ),
     (
         "sweep-config-dir",
         ["sweep", "{cfgdir}"],
@@ -211,6 +224,7 @@ def test_bad_input_is_exit_2_and_one_line(
         "cut": world.cut,
         "cfgdir": world.cfgdir,
         "typo_cfg": world.typo_cfg,
+        "hostile": world.hostile,
     }
     args = [a.format(**values) for a in argv]
     watched_file = files[watched]
@@ -229,6 +243,7 @@ def test_bad_input_is_exit_2_and_one_line(
     assert len(ran.stderr_lines) == 1, ran.stderr
     assert names in ran.stderr_lines[0]
     assert "[bold]" not in ran.stderr  # Inspect's rich markup is not shown raw
+    assert "\x1b" not in ran.stderr + ran.stdout  # nothing steers the terminal
     assert file_state(watched_file) == before
     # refused before any long work: no Prefect server was started for it
     assert not home.exists() or not list(home.rglob("*.db"))

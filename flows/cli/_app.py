@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
 
 from flows.cli.cluster import cluster_app
 from flows.cli.demo import register as register_demo_command
@@ -13,7 +12,7 @@ from flows.cli.reward import reward_app
 from flows.cli.sandbox import sandbox_app
 from flows.cli.server import server_app
 from flows.cli.warehouse import register as register_warehouse_commands
-from flows.runtime.console import err_console
+from flows.runtime.console import err_console, shown
 
 app = typer.Typer(
     name="gradebook",
@@ -42,7 +41,7 @@ def main() -> None:
     except (WarehouseError, PrefectServerError) as exc:
         # every command maps these to one line itself (a local Prefect server that could not
         # start or went away: flows.runtime.session); this is the net for a path that does not
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {shown(str(exc))}", soft_wrap=True)
         _exit(2)
         raise SystemExit(2) from None
     except SystemExit as exc:

@@ -13,10 +13,9 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 from rich.table import Table
 
-from flows.runtime.console import console
+from flows.runtime.console import console, shown
 from flows.verifier_modules import ModulesOption
 from gates.rules import GateResult, GateRules
 from warehouse import DEFAULT_DB, Warehouse, WarehouseError
@@ -83,7 +82,7 @@ def _rules(
 def _print(result: GateResult) -> None:
     title = f"{result.task} · {result.model}" if result.task else result.run_id or "no run"
     _OUT.print(
-        f"[{_STYLE[result.verdict]}]{result.verdict.upper().replace('_', ' ')}[/] {escape(title)}"
+        f"[{_STYLE[result.verdict]}]{result.verdict.upper().replace('_', ' ')}[/] {shown(title)}"
         + (f"  run {result.run_id}" if result.task else "")
         + (f"  baseline {result.baseline_run_id}" if result.baseline_run_id else "")
     )
@@ -93,7 +92,7 @@ def _print(result: GateResult) -> None:
             return "n/a" if x is None else f"{x:.3f}"
 
         _OUT.print(
-            f"  {escape(scorer)} @ {m['fingerprint'][:12]}: accuracy_strict {fmt(m['accuracy_strict'])}"
+            f"  {shown(scorer)} @ {m['fingerprint'][:12]}: accuracy_strict {fmt(m['accuracy_strict'])}"
             f"  accuracy over scored {fmt(m['accuracy'])}  ({m['n_scored']} scored, "
             f"{m['n_unscored'] + m['n_missing']} unscored, {m['n_error']} errored, "
             f"{m['n_samples']} samples)"
@@ -105,15 +104,15 @@ def _print(result: GateResult) -> None:
         for r in result.results:
             verdict = {True: "[green]pass[/]", False: "[red]FAIL[/]", None: "[yellow]n/a[/]"}
             table.add_row(
-                escape(r.label),
+                shown(r.label),
                 "n/a" if r.value is None else f"{r.value:.4g}",
                 f"{r.op} {r.threshold:.4g}" if r.threshold is not None else "",
                 verdict[r.passed],
-                escape(r.detail),
+                shown(r.detail),
             )
         _OUT.print(table)
     for problem in result.problems:
-        _OUT.print(f"  [yellow]cannot evaluate:[/] {escape(problem)}", soft_wrap=True)
+        _OUT.print(f"  [yellow]cannot evaluate:[/] {shown(problem)}", soft_wrap=True)
 
 
 def gate(

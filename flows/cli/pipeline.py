@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from flows.cli.ingest_limits import MaxLogOption, MaxMemberOption, MaxRatioOption, set_limits
 from flows.model_roles import ModelRoleOption
-from flows.runtime.console import console, err_console, quiet_prefect, waiting
+from flows.runtime.console import console, err_console, quiet_prefect, shown, waiting
 from flows.verifier_modules import ModulesOption
 
 __all__ = ["register"]
@@ -55,7 +54,7 @@ RetryOption = Annotated[
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
     # soft_wrap: an error is one line per problem, however narrow the terminal
-    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {shown(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -193,11 +192,11 @@ def print_gate_problems(result: Any) -> None:
     # soft_wrap: a problem names a command to run, which a folded line would break; escape:
     # task names and paths are text, not markup
     for gate in result.gates.values():
-        where = escape(f"{gate.task} / {gate.model}")
+        where = shown(f"{gate.task} / {gate.model}")
         for rule in getattr(gate, "failing", []) or []:
-            console.print(f"  [red]gate[/red] {where}: {escape(_rule_text(rule))}", soft_wrap=True)
+            console.print(f"  [red]gate[/red] {where}: {shown(_rule_text(rule))}", soft_wrap=True)
         for problem in getattr(gate, "problems", []) or []:
-            console.print(f"  [yellow]gate[/yellow] {where}: {escape(problem)}", soft_wrap=True)
+            console.print(f"  [yellow]gate[/yellow] {where}: {shown(problem)}", soft_wrap=True)
 
 
 def print_heal(db: Path | str, unscored: list[Any], gate: list[str] | None) -> None:
@@ -207,7 +206,7 @@ def print_heal(db: Path | str, unscored: list[Any], gate: list[str] | None) -> N
 
     lines = heal_lines(db, unscored, gate)
     if lines:
-        console.print(f"\n[yellow]{escape(lines[0])}[/yellow]", soft_wrap=True)
+        console.print(f"\n[yellow]{shown(lines[0])}[/yellow]", soft_wrap=True)
     for line in lines[1:]:
         # a command to paste: never folded, never read as markup
         console.print(line, soft_wrap=True, markup=False, highlight=False)
@@ -258,7 +257,7 @@ def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> No
     except VerifierLoadError as exc:
         raise _fail(str(exc)) from None
     for note in rebuild(db).overridden.values():  # a flag given here wins, and says so
-        console.print(f"note: {escape(note)}", soft_wrap=True)
+        console.print(f"note: {shown(note)}", soft_wrap=True)
     problem = unknown_verifiers(names, db)
     if problem:
         try:  # not a loaded verifier: an Inspect scorer the user names (trusted)
@@ -284,7 +283,7 @@ def _check_readable(files: list[Path], given: int) -> None:
             problems.append(str(exc))
     if problems and len(problems) == given:
         for line in problems:
-            err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+            err_console.print(f"[red]error:[/red] {shown(line)}", soft_wrap=True)
         raise typer.Exit(2)
 
 
@@ -296,7 +295,7 @@ def _check_logs_scorers(logs: list[str], db: Path) -> None:
 
     _, problems = log_problems(logs, recorded_modules(db))
     for line in problems:
-        err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {shown(line)}", soft_wrap=True)
     if problems:
         raise typer.Exit(2)
 
@@ -347,7 +346,7 @@ def print_skipped(skipped: list[str]) -> None:
             f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
         )
         err_console.print(
-            f"note: skipped {len(skipped)} file(s) that are not Inspect logs: {escape(shown)}",
+            f"note: skipped {len(skipped)} file(s) that are not Inspect logs: {shown(shown)}",
             soft_wrap=True,
         )
 
@@ -516,7 +515,7 @@ def score(
 def _print_problems(problems: list[str]) -> None:
     # what could not be read, one line each, as `ingest` reports it (the rest was scored)
     for line in problems:
-        err_console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {shown(line)}", soft_wrap=True)
 
 
 def rescore(
@@ -634,7 +633,7 @@ def verifiers(
     recorded: set[str] = set()  # fingerprints of the scores logs held (warehouse.recorded_scores)
     if not db.exists():
         err_console.print(
-            f"note: {escape(str(db))}: no warehouse here, so nothing is counted as graded; "
+            f"note: {shown(str(db))}: no warehouse here, so nothing is counted as graded; "
             "pass --db (or set GRADEBOOK_DB) to count a warehouse's grades",
             soft_wrap=True,
         )
@@ -679,7 +678,7 @@ def verifiers(
     for name, fix in sorted(unloaded(db).items()):
         rows = sorted((d, f, m) for (other, d), (f, m) in seen.items() if other == name)
         for i, (d, f, m) in enumerate(rows or [("–", None, 0)]):
-            label = f"[yellow]not loaded:[/yellow] {escape(fix)}" if i == 0 else ""
+            label = f"[yellow]not loaded:[/yellow] {shown(fix)}" if i == 0 else ""
             table.add_row(name if i == 0 else "", _short(d), label, str(f or "–"), str(m), "no")
     console.print(table)
 

@@ -13,9 +13,8 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from flows.runtime.console import console, err_console
+from flows.runtime.console import console, err_console, shown
 
 __all__ = ["server_app"]
 
@@ -26,7 +25,7 @@ server_app = typer.Typer(
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {shown(message)}", soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -41,7 +40,7 @@ def _api_url_note() -> None:
 
 
 def _line(text: str) -> None:
-    console.print(escape(text), soft_wrap=True)
+    console.print(shown(text), soft_wrap=True)
 
 
 def _since(started_at: float) -> str:
@@ -123,7 +122,7 @@ def stop(
             info = stop_server(home, force=force)
         except ServerInUse as exc:
             refused += 1
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+            err_console.print(f"[red]error:[/red] {shown(str(exc))}", soft_wrap=True)
             continue
         except PrefectServerError as exc:
             raise _fail(str(exc)) from None
@@ -132,7 +131,7 @@ def stop(
             _line(f"stopped the local Prefect server (pid {info.pid}, {info.ui_url}, home {home})")
     if not stopped_any and not refused:
         where = "for this user" if every else f"(home {prefect_home()})"
-        console.print(f"no local Prefect server is running {escape(where)}", soft_wrap=True)
+        console.print(f"no local Prefect server is running {shown(where)}", soft_wrap=True)
     if refused:
         raise typer.Exit(2)
 

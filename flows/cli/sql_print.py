@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
@@ -28,6 +27,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from flows.runtime.console import terminal_safe
+
 __all__ = ["OutputFormat", "print_rows", "terminal_safe"]
 
 
@@ -37,21 +38,6 @@ class OutputFormat(StrEnum):
     line = "line"
     csv = "csv"
     json = "json"
-
-
-# C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides and isolates
-# (text that displays in another order than it reads: "Trojan source").
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def terminal_safe(text: str) -> str:
-    """`text` with every character that could steer a terminal shown as an escape (`\\x1b`)."""
-    return _UNSAFE.sub(_escape, text)
 
 
 def _cell(value: Any) -> str:

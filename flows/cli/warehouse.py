@@ -13,8 +13,8 @@ import duckdb
 import typer
 
 from flows.cli.ingest_limits import MaxLogOption, MaxMemberOption, MaxRatioOption, set_limits
-from flows.cli.sql_print import OutputFormat, print_rows, terminal_safe
-from flows.runtime.console import console
+from flows.cli.sql_print import OutputFormat, print_rows
+from flows.runtime.console import console, terminal_safe
 from warehouse import DEFAULT_DB, Warehouse, WarehouseError
 
 DbOption = Annotated[

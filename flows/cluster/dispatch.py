@@ -449,9 +449,7 @@ def _cluster(cfg: SweepConfig) -> ClusterConfig:
 
 def print_report(report: DispatchReport) -> None:
     """Per-stage status lines under the sweep's summary table."""
-    from rich.markup import escape
-
-    from flows.runtime.console import console
+    from flows.runtime.console import console, shown
 
     for stage, counts in report.summary().items():
         if not counts["units"]:
@@ -471,8 +469,8 @@ def print_report(report: DispatchReport) -> None:
         for r in runs:
             if not r.ok:
                 console.print(
-                    f"    [red]{escape(r.label)}[/red]: {r.state} after {r.attempts} "
-                    f"attempt(s): {escape(r.message or 'no message')}",
+                    f"    [red]{shown(r.label)}[/red]: {r.state} after {r.attempts} "
+                    f"attempt(s): {shown(r.message or 'no message')}",
                     soft_wrap=True,
                 )
     if report.missing_scores:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -33,9 +35,32 @@ __all__ = [
     "progress_bar",
     "quiet_prefect",
     "set_verbose",
+    "shown",
+    "terminal_safe",
     "verbose",
     "waiting",
 ]
+
+# C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides and isolates
+# (text that displays in another order than it reads: "Trojan source").
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every character that could steer a terminal shown as an escape (`\\x1b`)."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def shown(text: object) -> str:
+    """`text` from outside (a log, a file name, a label, model output) for a rich-markup line:
+    its brackets escaped as markup and its control characters as `terminal_safe` shows them."""
+    return escape(terminal_safe(str(text)))
+
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
