@@ -83,19 +83,8 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
                 f"PREFECT_API_URL={url} does not answer: start that server "
                 "(`prefect server start`) or unset PREFECT_API_URL to use gradebook's local one"
             )
-        with temporary_settings(updates=in_process_settings()):
-            _settle_orphans()
-            lost = None
-            try:
-                yield url
-            except Exception as exc:
-                lost = server_lost(url, exc)
-                if lost is None:
-                    raise
-                raise lost from exc
-            finally:
-                if lost is None:
-                    flush_to_server()
+        with temporary_settings(updates=in_process_settings()), _against(url):
+            yield url
         return
 
     from flows.runtime.background_server import ensure_server, prefect_home
@@ -118,25 +107,35 @@ def prefect_session(*, meanwhile: Callable[[], object] | None = None) -> Iterato
                 soft_wrap=True,
                 highlight=False,
             )
-        lost = None
         with (
             environ_set({"PREFECT_API_URL": info.api_url}),
             temporary_settings(updates={"api.url": info.api_url, **in_process_settings()}),
+            _against(info.api_url, pid=info.pid, ticks=info.ticks),
         ):
-            _settle_orphans()
-            try:
-                yield info.api_url
-            except ServerLost as exc:
-                lost = exc  # the block found out itself (`gradebook serve` watches the pid)
-                raise
-            except Exception as exc:
-                lost = server_lost(info.api_url, exc, pid=info.pid, ticks=info.ticks)
-                if lost is None:
-                    raise
-                raise lost from exc
-            finally:
-                if lost is None:
-                    flush_to_server()  # with the server gone there is nowhere to send them
+            yield info.api_url
+
+
+@contextmanager
+def _against(api_url: str, *, pid: int | None = None, ticks: int | None = None) -> Iterator[None]:
+    """A block's flows run against the server at `api_url`: its runs left Running by a killed
+    command are settled first; a failure to reach the server becomes `ServerLost` (one line);
+    and what Prefect holds for the server is sent when the block ends (`flush_to_server`), unless
+    the server is gone (then there is nowhere to send it)."""
+    _settle_orphans()
+    lost = None
+    try:
+        yield
+    except ServerLost as exc:
+        lost = exc  # the block found out itself (`gradebook serve` watches the pid)
+        raise
+    except Exception as exc:
+        lost = server_lost(api_url, exc, pid=pid, ticks=ticks)
+        if lost is None:
+            raise
+        raise lost from exc
+    finally:
+        if lost is None:
+            flush_to_server()
 
 
 def server_lost(
