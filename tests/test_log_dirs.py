@@ -22,6 +22,7 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_eval(root / "nested" / "deeper", ["0", "1", "2"], task_name="nested")
     (root / "logs.json").write_text("{}")  # Inspect's own listing file: not a log
     (root / "notes.json").write_text('{"not": "a log"}')
+    (root / "clear\x1b[2J.json").write_text("[]")  # a name from elsewhere: shown, never sent
     return root
 
 
@@ -71,3 +72,5 @@ def test_score_takes_a_directory_of_logs(prefect_api, log_dir: Path, tmp_path: P
             ).fetchall()
         )
     assert scored == {"top": 2, "nested": 3}
+    assert "notes.json" in result.output and "clear\\x1b[2J.json" in result.output
+    assert "\x1b" not in result.output

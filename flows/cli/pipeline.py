@@ -342,11 +342,11 @@ def sweep(
 def print_skipped(skipped: list[str]) -> None:
     """One line naming the files under the given directories that are not Inspect logs."""
     if skipped:
-        shown = ", ".join(skipped[:5]) + (
+        names = ", ".join(skipped[:5]) + (
             f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
         )
         err_console.print(
-            f"note: skipped {len(skipped)} file(s) that are not Inspect logs: {shown(shown)}",
+            f"note: skipped {len(skipped)} file(s) that are not Inspect logs: {shown(names)}",
             soft_wrap=True,
         )
 
