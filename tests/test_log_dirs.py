@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from warehouse import Warehouse
+from warehouse.logs import find_logs
 
 runner = CliRunner()
 
@@ -36,6 +37,15 @@ def test_ingest_takes_a_directory_of_logs_recursively(log_dir: Path, tmp_path: P
     # only logs are ingested; a .json file that is not one is named as skipped, not silently
     assert "notes.json" in result.output and "skipped" in result.output
     assert "notes.json: run" not in result.output
+
+
+def test_a_directory_given_relative_skips_only_what_is_not_a_log(
+    log_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(log_dir.parent)
+    paths, skipped = find_logs([log_dir.name])
+    assert len(paths) == 2  # the two logs, named once each
+    assert sorted(Path(s).name for s in skipped) == ["clear\x1b[2J.json", "notes.json"]
 
 
 def test_a_directory_without_logs_is_one_line(tmp_path: Path) -> None:

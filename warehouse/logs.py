@@ -89,8 +89,10 @@ def find_logs(paths: Iterable[str | Path]) -> tuple[list[str], list[str]]:
             str(Path(info.name.removeprefix("file://")))
             for info in list_eval_logs(path, recursive=True, descending=False)
         }
+        # Inspect names them absolute; a directory given relative lists its files relative
+        listed = {Path(f).resolve() for f in found}
         for file in sorted(Path(path).rglob("*")):
-            if not file.is_file() or str(file) in found or _hidden(file, Path(path)):
+            if not file.is_file() or file.resolve() in listed or _hidden(file, Path(path)):
                 continue
             if file.suffix == ".json" and _looks_like_json_log(file):
                 found.add(str(file))
