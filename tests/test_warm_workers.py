@@ -60,6 +60,12 @@ def _rows() -> list[tuple]:
     ]  # fmt: skip
 
 
+def _stage_argv(script: str, judge_url: str, rows: list[tuple]) -> list[str]:
+    """A stage script's command line: the judge scorer's spec bound to `judge_url`, and rows."""
+    return [sys.executable, "-c", script.format(root=str(ROOT)),
+            json.dumps(_spec(judge_url)), json.dumps(rows)]  # fmt: skip
+
+
 def _ppid(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
@@ -111,10 +117,8 @@ def test_judge_workers_fork_from_one_warm_process_grade_and_die_with_the_stage(
     rows = _rows()
     with scripted_server(_judge, models=["j"]) as server:
         stage = subprocess.Popen(
-            [sys.executable, "-c", _STAGE.format(root=str(ROOT)),
-             json.dumps(_spec(server.base_url)), json.dumps(rows)],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            _stage_argv(_STAGE, server.base_url, rows), stdout=subprocess.PIPE, text=True
+        )
         try:
             line = stage.stdout.readline()  # type: ignore[union-attr]
             assert line, f"the stage exited ({stage.wait()}) before grading"
@@ -190,8 +194,7 @@ def test_a_small_judge_log_is_graded_by_a_worker_forked_from_the_warm_process(
     rows = _rows()
     with scripted_server(_judge, models=["j"]) as server:
         stage = subprocess.run(
-            [sys.executable, "-c", _SMALL_STAGE.format(root=str(ROOT)),
-             json.dumps(_spec(server.base_url)), json.dumps(rows)],
+            _stage_argv(_SMALL_STAGE, server.base_url, rows),
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     assert stage.returncode == 0, stage.stderr[-3000:]

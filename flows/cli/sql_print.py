@@ -29,7 +29,7 @@ from rich.text import Text
 
 from flows.runtime.console import terminal_safe
 
-__all__ = ["OutputFormat", "print_rows", "terminal_safe"]
+__all__ = ["OutputFormat", "print_rows"]
 
 
 class OutputFormat(StrEnum):
