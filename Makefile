@@ -23,7 +23,7 @@ $(BIN)/.installed: pyproject.toml uv.lock Makefile | $(UV)
 # .pyc is used only if its source's hash matches, so an edited verifier can never run as its
 # old bytecode (timestamp checks miss a same-size edit within one second).
 install: $(BIN)/.installed
-	@$(BIN)/python -m compileall -q --invalidation-mode checked-hash flows scorers tasks warehouse gates workspaces
+	@$(BIN)/python -m compileall -q --invalidation-mode checked-hash flows scorers tasks warehouse gates workspaces verifiers sweeps
 
 demo: install
 	$(BIN)/gradebook demo

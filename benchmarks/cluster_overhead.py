@@ -28,7 +28,7 @@ from _common import Row, emit  # noqa: E402
 
 
 def _config(tmp: Path, name: str, verifier: str, n: int, cluster: dict | None):
-    from flows.config import parse_config
+    from sweeps.config import parse_config
 
     raw = {
         "name": name,

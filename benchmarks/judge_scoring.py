@@ -32,7 +32,7 @@ Both sides must agree, or the run stops: `inspect score` scores every sample, so
 when the judge does not fail, and both find as many correct answers. The judge's verdict is a function of
 the prompt (C when the submission holds the criterion), so it is the same on both sides.
 
-The servers (flows/mock_server.py) run in this script's process; the measured commands are
+The servers (sweeps/mock_server.py) run in this script's process; the measured commands are
 subprocesses, so neither shares a GIL with them. The log (a QA task of distinct arithmetic
 questions, 80% answered right, generated with a real `eval()` against the generation server)
 is cached in .bench/ (gitignored).
@@ -147,9 +147,9 @@ def judge_script(failing: bool) -> Callable[[str, list[dict[str, Any]]], str | i
 @contextmanager
 def servers(failing: bool) -> Iterator[tuple[Any, Any]]:
     """(judge, generation server), both counting requests, for one measured command."""
-    # flows.mock_server listens with a real server's backlog: a burst of 32 connections
+    # sweeps.mock_server listens with a real server's backlog: a burst of 32 connections
     # would otherwise stall on SYN retries, and the stalls would be measured
-    from flows.mock_server import scripted_server
+    from sweeps.mock_server import scripted_server
 
     with (
         scripted_server(judge_script(failing), models=["judge"]) as judge,

@@ -29,7 +29,7 @@ Rows:
   - the score flow run again on the same warehouse (nothing left to score): its fixed cost.
   - the fixed overhead of one `gradebook sweep` with one sample, as a subprocess (Prefect start-up
     included), against a bare `inspect eval` of the same one sample in a subprocess; both talk to
-    a local OpenAI-compatible server (flows/mock_server.py) and must succeed, or the run stops.
+    a local OpenAI-compatible server (sweeps/mock_server.py) and must succeed, or the run stops.
 
 The log is generated once with mockllm (a scripted mix of right and wrong answers over the
 bundled math problems, which cover integers, fractions, radicals, sets, matrices...) and cached
@@ -331,8 +331,8 @@ def _succeeded(what: str, proc: subprocess.CompletedProcess, log_dir: Path) -> N
 
 def sweep_overhead(tmp: Path) -> tuple[float, float]:
     """One-sample `gradebook sweep` and `inspect eval` of the bundled math task, both against
-    the same local OpenAI-compatible server (flows/mock_server.py), both checked to succeed."""
-    from flows.mock_server import scripted_server
+    the same local OpenAI-compatible server (sweeps/mock_server.py), both checked to succeed."""
+    from sweeps.mock_server import scripted_server
 
     cfg = tmp / "one.toml"
     cfg.write_text(

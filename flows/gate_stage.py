@@ -1,6 +1,6 @@
 """The gate as a Prefect task (the last step of a sweep) and as a flow (for deployments).
 
-Both evaluate and record with `flows.gate.evaluate_gates` and also publish the verdicts as a
+Both evaluate and record with `gates.evaluate.evaluate_gates` and also publish the verdicts as a
 markdown artifact, so the Prefect UI shows each sweep's gate history under one key.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.gate import evaluate_gates, gate_markdown, overall_exit_code
 from flows.runtime.run_names import count, parameter
 from flows.runtime.run_owner import record_owner
+from gates.evaluate import evaluate_gates, gate_markdown, overall_exit_code
 from gates.rules import GateResult, GateRules
 
 __all__ = ["gate_flow", "run_gates"]

@@ -17,15 +17,15 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.config import ModelConfig, SweepConfig, TaskConfig, WorkspacesConfig, load_config
-from flows.model_servers import endpoint, server_problem
 from flows.runtime.console import err_console, one_line, shown, verbose
 from flows.runtime.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
 from flows.runtime.progress import generation_progress, quiet_hook_banner
 from flows.runtime.run_names import count, label_run, parameter, tag
 from flows.runtime.run_owner import record_owner
-from flows.task_specs import check_tasks, load_task
-from flows.verifier_specs import check_verifiers, task_verifier_entries, task_verifier_names
+from sweeps.config import ModelConfig, SweepConfig, TaskConfig, WorkspacesConfig, load_config
+from sweeps.model_servers import endpoint, server_problem
+from sweeps.tasks import check_tasks, load_task
+from verifiers.specs import check_verifiers, task_verifier_entries, task_verifier_names
 
 __all__ = [
     "GenerationResult",
@@ -135,7 +135,7 @@ def run_generation(
             progress.start(task_cfg.label, task_cfg.limit, task_cfg.epochs)
             before = _logs_in(log_dir)
             try:
-                # gradebook loads the task, not Inspect: see flows.task_specs for why
+                # gradebook loads the task, not Inspect: see sweeps.tasks for why
                 task = _captured(
                     load_task(task_cfg.task, task_cfg.args), task_cfg, workspaces, log_dir
                 )

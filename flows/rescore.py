@@ -23,17 +23,17 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 
-from flows.rescore_plan import (
-    RescorePlan,
-    import_verifier_modules,
-    plan_rescore,
-    record_current,
-)
 from flows.runtime.console import console
 from flows.runtime.interrupts import finished_result, stop_on_signals, stop_signal
 from flows.runtime.run_names import count, label_run, listed, parameter, tag
 from flows.runtime.run_owner import record_owner
 from flows.score import RunScore, ScoreOptions, ScoringStopped, score_runs, stop_line, stopped_run
+from verifiers.rescore_plan import (
+    RescorePlan,
+    import_verifier_modules,
+    plan_rescore,
+    record_current,
+)
 from warehouse.commands import command
 from warehouse.schema import RECORDED_PREFIX
 
@@ -364,9 +364,9 @@ def retry_infrastructure(warehouse: str | Path, opts: ScoreOptions | None = None
     `/models`), so an outage does not write a new unscored row per sample per call; no sample
     is retried past attempt WATCH_MAX_ATTEMPT.
     """
-    from flows.model_servers import judge_problem
     from scorers.registry import get_verifier
     from scorers.sandbox.pool import sandbox_down
+    from sweeps.model_servers import judge_problem
 
     cap = WATCH_MAX_ATTEMPT
     found = _infra_unscored(warehouse)

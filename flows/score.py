@@ -3,7 +3,7 @@
 For each verifier registered for a run, the samples that have no score under the verifier's
 current fingerprint (and, when asked, those whose latest attempt was unscored for a retryable
 infrastructure reason) are read from the warehouse, cut into chunks, and graded in a pool of light
-worker processes (`flows.grading_pool`: fresh interpreters that import only the verifier, so an
+worker processes (`scorers.workers.pool`: fresh interpreters that import only the verifier, so an
 edited verifier module is imported as it is on disk now, and a worker is ready in a fraction of
 a second). The pool is started at the beginning of the flow, so its start-up overlaps ingest and
 reading. Graded chunks are written in batches (one Prefect task run, one transaction each)
@@ -46,13 +46,6 @@ from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
 from prefect.states import Cancelled
 
-from flows.grading_pool import (
-    DEFAULT_CHUNK,
-    GradingPool,
-    ResultRow,
-    SampleRow,
-    grade_chunk,
-)
 from flows.runtime.console import progress_bar
 from flows.runtime.interrupts import (
     finished_result,
@@ -65,13 +58,20 @@ from flows.runtime.interrupts import (
 )
 from flows.runtime.run_names import count, label_run, listed, parameter, tag
 from flows.runtime.run_owner import record_owner
-from flows.warm_start import (
+from scorers.registry import Verifier, get_verifier
+from scorers.workers.pool import (
+    DEFAULT_CHUNK,
+    GradingPool,
+    ResultRow,
+    SampleRow,
+    grade_chunk,
+)
+from scorers.workers.prewarm import (
     starts_early,
     verifiers_for,
     warm_preload,
     worker_modules,
 )
-from scorers.registry import Verifier, get_verifier
 from warehouse.connection import WarehouseLocked
 from warehouse.schema import RetryScope
 
@@ -466,7 +466,7 @@ def start_early(names: Sequence[str], opts: ScoreOptions) -> GradingPool:
 
 def _start_for(pool: GradingPool, verifiers: Sequence[Verifier]) -> None:
     # a judge scorer's workers warm up its judge (scorers.inspect_scorers.judges.warm_up);
-    # Inspect scorers' workers fork from one warm process (flows.warm_start)
+    # Inspect scorers' workers fork from one warm process (scorers.workers.prewarm)
     pool.start(
         worker_modules(verifiers),
         [h for v in verifiers for h in v.helpers],
@@ -958,13 +958,13 @@ class _null_progress:  # noqa: N801 - used like a context manager function
 
 def verifiers_of_log(path: str | Path) -> tuple[str, list[str]]:
     """The run id of a log and the verifiers that score it: those gradebook's generate stage
-    recorded in it, else the log's own scorers (flows.verifier_specs: by registry name only).
+    recorded in it, else the log's own scorers (verifiers.specs: by registry name only).
 
     Raises:
         ValueError: a scorer the log names cannot be resolved here (one line, names the log).
         warehouse.LogReadError: the path is not a readable Inspect log.
     """
-    from flows.verifier_specs import log_verifier_names
+    from verifiers.specs import log_verifier_names
     from warehouse.logs import read_header
 
     return read_header(str(path)).eval.eval_id, log_verifier_names(path)
@@ -980,7 +980,7 @@ def ingest_and_plan(
 
     `limits`: how far the logs' members may inflate (warehouse.inflate.InflateLimits; default:
     the environment's, else the defaults)."""
-    from flows.verifier_specs import names_for_entries
+    from verifiers.specs import names_for_entries
     from warehouse import Warehouse
 
     # the user's --verifier entries (names, Inspect scorers, file.py@scorer): trusted
@@ -1137,7 +1137,7 @@ def score_flow(
             return stopped_run(signum, done.stop_line("gradebook score"), done)
     problems = [line for r in ingested for line in r.problems()]
     if scored_log_dir:
-        from flows.scored_log import write_scored_logs
+        from warehouse.scored_logs import write_scored_logs
 
         write_scored_logs(warehouse, logs, Path(scored_log_dir), problems)
     return ScoreSummaries(summaries, problems)

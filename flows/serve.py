@@ -41,8 +41,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from flows.config import SweepConfig
 from flows.runtime.console import console, err_console, shown
+from sweeps.config import SweepConfig
 
 if TYPE_CHECKING:
     from flows.runtime.background_server import ServerInfo
@@ -63,7 +63,7 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
 
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
-    from flows.verifier_specs import scorer_files
+    from verifiers.specs import scorer_files
 
     deployments = []
     watched: dict[str, list[str]] = {}

@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> None:
     quiet_prefect(args.verbose)
     from prefect import serve
 
-    from flows.config import load_config
     from flows.runtime.run_owner import RUNNER_PID_ENV
     from flows.serve import build_deployments
+    from sweeps.config import load_config
 
     os.environ[RUNNER_PID_ENV] = str(os.getpid())  # the flow runs die with this process
     cfgs = [load_config(path) for path in args.configs]

@@ -15,8 +15,6 @@ from typing import Any
 from prefect import flow
 from prefect.states import Cancelled
 
-from flows.config import SweepConfig, load_config
-from flows.gate import current_fingerprints
 from flows.generate import GenerationResult, config_tags, config_title, generate_models
 from flows.runtime.interrupts import (
     exit_code,
@@ -37,8 +35,10 @@ from flows.score import (
     scoring_pool,
     start_early,
 )
-from flows.task_specs import check_tasks
-from flows.verifier_specs import check_verifiers, task_verifier_names
+from gates.evaluate import current_fingerprints
+from sweeps.config import SweepConfig, load_config
+from sweeps.tasks import check_tasks
+from verifiers.specs import check_verifiers, task_verifier_names
 
 __all__ = [
     "EXIT_BAD_INPUT",

@@ -1,5 +1,5 @@
 """The judge-outage case, shared by the judge tests: 6 samples, 2 answered wrong, and a scripted
-OpenAI-compatible judge (flows.mock_server) that fails on the 3 samples holding both wrong
+OpenAI-compatible judge (sweeps.mock_server) that fails on the 3 samples holding both wrong
 answers (HTTP 500, 429, and a call that hangs past its timeout) until it is told to recover."""
 
 from __future__ import annotations

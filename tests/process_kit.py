@@ -38,8 +38,8 @@ def make_log(
 ) -> Path:
     """A real `.eval` log of `n` arith samples answered right, recording `verifiers` (which
     need not be importable here: generation never grades)."""
-    from flows.config import ModelConfig, TaskConfig
     from flows.generate import run_generation
+    from sweeps.config import ModelConfig, TaskConfig
 
     directory.mkdir(parents=True, exist_ok=True)
     model = ModelConfig(

@@ -1,7 +1,7 @@
-"""Inspect scorers in a grading worker (flows.async_grading): chunks graded side by side in one
+"""Inspect scorers in a grading worker (scorers.workers.async_grading): chunks graded side by side in one
 event loop, and a scorer busy in Python code stopped at its limit without stopping the others.
 
-Real worker processes (flows.grading_pool), Inspect's own `model_graded_qa` against a local
+Real worker processes (scorers.workers.pool), Inspect's own `model_graded_qa` against a local
 judge server, and a scorer file that never awaits.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.grading_pool import GradingPool
-from flows.mock_server import scripted_server
 from scorers.inspect_scorers.grading import InspectGrade
+from scorers.workers.pool import GradingPool
+from sweeps.mock_server import scripted_server
 
 
 def _row(i: int, answer: str, target: str) -> tuple:
@@ -105,7 +105,7 @@ SPINNER = textwrap.dedent(
 def test_a_scorer_busy_in_python_past_its_limit_is_stopped_and_the_others_are_graded(
     where: str, tmp_path: Path
 ) -> None:
-    from flows.grading_pool import grade_chunk
+    from scorers.workers.pool import grade_chunk
 
     path = tmp_path / "spin_scorer.py"
     path.write_text(SPINNER)

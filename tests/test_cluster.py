@@ -20,8 +20,8 @@ from pathlib import Path
 import cluster_kit
 import pytest
 
-from flows.config import parse_config
 from flows.sweep import EXIT_OK, sweep_flow
+from sweeps.config import parse_config
 from warehouse import Warehouse
 
 TESTS = Path(__file__).resolve().parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import ConfigError, ModelConfig, parse_config
+from sweeps.config import ConfigError, ModelConfig, parse_config
 
 TESTS = Path(__file__).resolve().parent
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import ConfigError, load_config, parse_config
 from scorers.grade import Grade, SampleView, scored
 from scorers.registry import Verifier, register
+from sweeps.config import ConfigError, load_config, parse_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

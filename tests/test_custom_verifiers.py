@@ -1,6 +1,6 @@
 """A verifier from a sweep config's `verifier_modules` works outside the sweep: `score`,
 `rescore`, `verifiers` and `gate` rebuild it from the spec the warehouse stores (its module and
-file, sealed as this user's: flows.stored_verifiers), or load it with `--verifier-module` (or
+file, sealed as this user's: verifiers.stored), or load it with `--verifier-module` (or
 GRADEBOOK_VERIFIER_MODULES); where they may not (the file changed since it graded, a warehouse
 another user wrote) they say, in one line, exactly which flag to pass. A module name that a
 warehouse or a log holds on its own word is never imported. Each command runs as its own
@@ -19,8 +19,8 @@ import flows_kit
 import pytest
 from gate_world import run_eval
 
-from flows.config import parse_config
 from flows.sweep import sweep_flow
+from sweeps.config import parse_config
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from flows.config import (
+from gates.rules import GateRules
+from sweeps.config import (
     ClusterConfig,
     ModelConfig,
     RoleModel,
@@ -20,7 +21,6 @@ from flows.config import (
     TaskConfig,
     WorkspacesConfig,
 )
-from gates.rules import GateRules
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN_CLI = ROOT / "docs" / "gen_cli.py"
@@ -101,7 +101,7 @@ def capitals() -> Task:
 
 LOAD_README_CONFIG = """
 import sys
-from flows.config import load_config
+from sweeps.config import load_config
 from scorers.grade import SampleView
 from scorers.registry import get_verifier
 
@@ -121,7 +121,7 @@ def _fenced(text: str, lang: str) -> list[str]:
 def test_readme_config_example_loads(tmp_path: Path) -> None:
     # The README's sweep config is loaded by the real loader (unknown keys, bad values and
     # unknown verifiers are errors there), with the README's own verifier module importable,
-    # so neither can drift from flows/config.py or scorers.registry.
+    # so neither can drift from sweeps/config.py or scorers.registry.
     text = README.read_text()
     configs = _fenced(text, "toml")
     assert configs, "README.md has no ```toml sweep config"
@@ -196,9 +196,9 @@ def test_the_judge_outage_walkthrough_runs_as_written(prefect_api, tmp_path: Pat
         assert not line.strip() or _shown(line, outage), (line, outage)
 
     [start] = judge_block.strip().splitlines()
-    assert start == "python -m flows.mock_server --port 8765"
+    assert start == "python -m sweeps.mock_server --port 8765"
     judge = subprocess.Popen(
-        [sys.executable, "-m", "flows.mock_server", "--port", port], env=env, cwd=tmp_path,
+        [sys.executable, "-m", "sweeps.mock_server", "--port", port], env=env, cwd=tmp_path,
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -10,11 +10,11 @@ from pathlib import Path
 import flows_kit
 import pytest
 
-from flows.config import parse_config
-from flows.mock_server import scripted_server
 from flows.rescore import watch_verifiers
 from flows.score import score_flow
 from flows.sweep import sweep_flow
+from sweeps.config import parse_config
+from sweeps.mock_server import scripted_server
 from warehouse import Warehouse
 
 

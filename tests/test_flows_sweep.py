@@ -9,8 +9,8 @@ from pathlib import Path
 import flows_kit
 import pytest
 
-from flows.config import parse_config
 from flows.sweep import EXIT_GATE_FAILED, EXIT_OK, sweep_flow
+from sweeps.config import parse_config
 from warehouse import Warehouse
 
 
@@ -70,7 +70,7 @@ def test_sweep_end_to_end_with_mockllm(prefect_api, tmp_path, exact_check):
     assert log.results is None or not log.results.scores
     # the log says which sweep made it, so `gradebook gate --sweep` finds runs it never gated
     assert log.eval.metadata["sweep"] == cfg.name
-    from warehouse.gates import newest_runs
+    from gates.records import newest_runs
 
     with wh.write() as con:
         con.execute("DELETE FROM wh.gates")
@@ -108,7 +108,7 @@ def test_a_verifier_edited_while_the_models_generate_grades_with_the_new_code(
     (row,) = result.rows
     assert (row.samples, row.scored) == (12, 12)
     assert row.accuracy == 0.0  # every right answer is now off by one: the edited code graded
-    from flows.gate import current_fingerprints
+    from gates.evaluate import current_fingerprints
 
     with Warehouse(cfg.warehouse).read() as con:
         stored = {r[0] for r in con.execute("SELECT DISTINCT fingerprint FROM scores").fetchall()}

@@ -10,11 +10,11 @@ import pytest
 from gate_world import exact, ingest, outage_judge, run_eval, score_run
 from inspect_ai.log import read_eval_log, write_eval_log
 
-from flows.gate import evaluate_gates, overall_exit_code
+from gates.evaluate import evaluate_gates, overall_exit_code
+from gates.records import gate_run, planned_samples
 from gates.rules import GateRules
 from gates.stats import mcnemar_exact, pass_at_k
 from warehouse import Warehouse
-from warehouse.gates import gate_run, planned_samples
 
 pytestmark = pytest.mark.slow
 
@@ -279,7 +279,7 @@ def test_newest_run_per_task_and_model(world: World) -> None:
 
 
 def test_sweep_selects_its_own_runs(world: World, tmp_path: Path) -> None:
-    from warehouse.gates import newest_runs
+    from gates.records import newest_runs
 
     evaluate_gates(world.wh, [world.baseline], sweep="nightly", fingerprints=FP)
     with world.wh.read() as con:

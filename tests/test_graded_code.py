@@ -21,13 +21,13 @@ import flows_kit
 import pytest
 from gate_world import run_eval
 
-from flows.config import parse_config
-from flows.gate import current_fingerprints
 from flows.score import ScoreOptions, score_flow, score_runs, start_early
 from flows.sweep import sweep_flow
+from gates.evaluate import current_fingerprints
 from scorers import registry
 from scorers.identity.fingerprint import fingerprint
 from scorers.registry import get_verifier
+from sweeps.config import parse_config
 from warehouse import Warehouse
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.grading_pool import GradingPool
 from flows.score import ScoreOptions, grade_batch
 from scorers.registry import Verifier
+from scorers.workers.pool import GradingPool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,7 +120,7 @@ def test_generation_errors_never_reach_the_verifier(verifier) -> None:
 
 def test_verifier_cores_import_without_inspect_or_prefect() -> None:
     code = (
-        "import sys; import flows.grading_pool, scorers.math, scorers.code; "
+        "import sys; import scorers.workers.pool, scorers.math, scorers.code; "
         "print(sorted(m for m in ('inspect_ai', 'prefect', 'sympy', 'anyio') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -191,8 +191,8 @@ def test_a_verifier_that_defers_when_it_may_not_leaves_the_sample_unscored(verif
 def test_result_metadata_keeps_each_values_json_type_across_samples() -> None:
     # 1, 1.0 and True are equal (and hash alike) but are different JSON: a worker that
     # re-used the encoding of an equal-looking earlier sample would store the wrong one
-    from flows.grading_pool import grade_chunk
     from scorers.grade import scored
+    from scorers.workers.pool import grade_chunk
 
     values = [1, 1.0, True, 1, "1", None, [1], 1.0]
 

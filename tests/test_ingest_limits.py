@@ -22,7 +22,7 @@ import zstandard
 from inspect_ai.log import read_eval_log
 from warehouse_logs import bomb_member, lie_about_size, make_log, variant
 
-from flows.config import parse_config
+from sweeps.config import parse_config
 from warehouse import Warehouse
 from warehouse.inflate import MB, InflateLimits
 

@@ -279,7 +279,7 @@ def test_one_score_call_grades_a_directory_of_mixed_variants_and_formats(
     hand) and logs whose scorers are variants of one another: every log is graded in one call,
     each variant under a name of its own, and what is not a log is named, not silently
     skipped."""
-    from flows.mock_server import scripted_server
+    from sweeps.mock_server import scripted_server
 
     mine = _variant_logs(tmp_path / "mine")
     with scripted_server(lambda model, messages: "GRADE: C", models=["j"]) as judge:

@@ -75,7 +75,7 @@ def test_choice_match_and_a_file_scorer_grade_as_inspect_does_at_eval_time(
     scorer_file, task_file = kit.write_team_files(tmp_path / "team")
     sys.path.insert(0, str(task_file.parent))
     try:
-        from flows.task_specs import load_task
+        from sweeps.tasks import load_task
 
         team = load_task(f"{task_file}@team_task", {})
     finally:
@@ -136,7 +136,7 @@ def test_a_scorer_that_raises_leaves_exactly_those_samples_unscored(
     )
     sys.path.insert(0, str(task_file.parent))
     try:
-        from flows.task_specs import load_task
+        from sweeps.tasks import load_task
 
         team = load_task(f"{task_file}@team_task", {"n": 8})
     finally:
@@ -207,9 +207,9 @@ def test_choice_with_no_multiple_choice_solver_is_unscored_not_graded_wrong(
 def test_a_sweep_without_verifiers_uses_the_tasks_scorers_and_the_watcher_rescores_an_edit(
     prefect_api, tmp_path: Path
 ) -> None:
-    from flows.config import parse_config
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
+    from sweeps.config import parse_config
 
     scorer_file, task_file = kit.write_team_files(tmp_path / "team")
     answers = ["2", "It is 4", "7", "eight", "10", "12."]

@@ -16,7 +16,7 @@ import cli_kit
 import judge_kit as jk
 import pytest
 
-from flows.mock_server import scripted_server
+from sweeps.mock_server import scripted_server
 from warehouse import Warehouse
 
 SECRET = "sk-judge-3f1c9e-never-stored"

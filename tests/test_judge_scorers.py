@@ -18,7 +18,7 @@ import inspect_scorer_kit as kit
 import judge_kit as jk
 import pytest
 
-from flows.mock_server import scripted_server
+from sweeps.mock_server import scripted_server
 from warehouse import Warehouse
 
 QUESTIONS, TARGETS, ANSWERS = jk.QUESTIONS, jk.TARGETS, jk.ANSWERS
@@ -59,10 +59,10 @@ def servers(monkeypatch: pytest.MonkeyPatch):
 def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
     prefect_api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.config import parse_config
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
-    from flows.verifier_specs import scorer_files
+    from sweeps.config import parse_config
+    from verifiers.specs import scorer_files
 
     monkeypatch.setenv("GEN_API_KEY", "test")
     monkeypatch.setenv("JUDGE_API_KEY", "test")
@@ -91,7 +91,7 @@ def test_a_judge_outage_is_unscored_gated_and_rejudged_when_the_judge_is_back(
 
 
 def _check_the_outage(cfg, result, gen, judge) -> None:
-    from flows.gate import evaluate_gates
+    from gates.evaluate import evaluate_gates
 
     generated = gen.count()
     assert generated == 6  # one generation per sample, nothing else ever reaches it
@@ -126,9 +126,9 @@ def _check_the_outage(cfg, result, gen, judge) -> None:
 
 
 def _check_the_rejudging(cfg, run_id: str, judge: Judge) -> None:
-    from flows.gate import evaluate_gates
     from flows.rescore import watch_verifiers
-    from flows.verifier_specs import scorer_files
+    from gates.evaluate import evaluate_gates
+    from verifiers.specs import scorer_files
 
     # the judge is back: the watcher's health check passes and it re-judges
     before = judge.count()
@@ -172,10 +172,10 @@ def _check_the_rejudging(cfg, run_id: str, judge: Judge) -> None:
 def test_a_reply_with_no_verdict_is_unscored_and_not_retried(
     prefect_api, tmp_path: Path, servers
 ) -> None:
-    from flows.config import parse_config
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
-    from flows.verifier_specs import scorer_files
+    from sweeps.config import parse_config
+    from verifiers.specs import scorer_files
 
     gen, judge, judge_server = servers
     judge.recover()
@@ -203,8 +203,8 @@ def test_a_reply_with_no_verdict_is_unscored_and_not_retried(
 def test_swapping_the_judge_is_a_new_verifier_version_rescored_with_flips(
     prefect_api, tmp_path: Path, servers
 ) -> None:
-    from flows.config import parse_config
     from flows.sweep import sweep_flow
+    from sweeps.config import parse_config
 
     gen, judge, judge_server = servers
     judge.recover()
@@ -243,7 +243,7 @@ def test_swapping_the_judge_is_a_new_verifier_version_rescored_with_flips(
 
 
 def test_a_judge_scorer_without_a_grader_is_a_one_line_config_error(tmp_path: Path) -> None:
-    from flows.config import ConfigError, parse_config
+    from sweeps.config import ConfigError, parse_config
 
     raw = _config(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1")
     del raw["model_roles"]
@@ -364,8 +364,8 @@ def test_every_way_a_judge_call_fails_is_grader_failed(
     """In a grading process: 5xx, 429, a call past its timeout, a 200 whose body is not a
     completion, and a refused connection all leave the sample `grader_failed`, with the call's
     error kept; the other samples of the chunk are judged."""
-    from flows.grading_pool import grade_chunk
     from scorers.inspect_scorers.grading import InspectGrade
+    from scorers.workers.pool import grade_chunk
 
     monkeypatch.setenv("JUDGE_API_KEY", "test")
     judge = Judge()
@@ -400,9 +400,9 @@ def test_a_failing_judge_call_is_one_request_per_attempt(monkeypatch: pytest.Mon
     """Inspect retries a judge call (`config.max_retries`); the OpenAI SDK under it retried
     each attempt twice more by itself, so "failed after 3 attempts" was 9 requests. A binding
     as a config or `--model-role` makes it (`RoleModel.to_json`) turns the SDK's retries off."""
-    from flows.config import RoleModel
-    from flows.grading_pool import grade_chunk
     from scorers.inspect_scorers.grading import InspectGrade
+    from scorers.workers.pool import grade_chunk
+    from sweeps.config import RoleModel
 
     monkeypatch.setenv("JUDGE_API_KEY", "test")
     judge = Judge()

@@ -13,11 +13,11 @@ from threading import Thread
 
 import pytest
 
-from flows.config import ConfigError, ModelConfig, TaskConfig, parse_config
 from flows.generate import run_generation
-from flows.mock_server import scripted_server
-from flows.model_servers import check_model_env, server_problem
 from flows.runtime.envvars import environ_set
+from sweeps.config import ConfigError, ModelConfig, TaskConfig, parse_config
+from sweeps.mock_server import scripted_server
+from sweeps.model_servers import check_model_env, server_problem
 from warehouse import Warehouse
 
 

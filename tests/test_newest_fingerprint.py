@@ -14,10 +14,10 @@ from gate_world import run_eval
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.gate import current_fingerprints, evaluate_gates
-from flows.report.summary import collect_report
+from flows.cli.report.summary import collect_report
 from flows.rescore import rescore_flow, watch_verifiers
 from flows.score import score_flow
+from gates.evaluate import current_fingerprints, evaluate_gates
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.gate import evaluate_gates
-from flows.report.summary import collect_report
+from flows.cli.report.summary import collect_report
+from gates.evaluate import evaluate_gates
 from warehouse import Warehouse
 
 pytestmark = pytest.mark.slow

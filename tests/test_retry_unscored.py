@@ -16,9 +16,9 @@ from inspect_ai.model import ModelOutput, ModelUsage, get_model
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import parse_config
 from flows.rescore import WATCH_MAX_ATTEMPT, plan_rescore, watch_verifiers
 from flows.sweep import sweep_flow
+from sweeps.config import parse_config
 from tasks.code import humaneval, humaneval_problems
 from warehouse import Warehouse
 

@@ -14,10 +14,10 @@ import flows_kit
 import pytest
 from process_kit import wait_for
 
-from flows.config import parse_config
 from flows.rescore import rescore_flow
 from flows.score import score_flow
 from flows.sweep import sweep_flow
+from sweeps.config import parse_config
 
 pytestmark = pytest.mark.slow
 

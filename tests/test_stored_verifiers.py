@@ -1,5 +1,5 @@
 """Every command rebuilds the verifiers a warehouse has seen from the specs it stores, with no
-flags, as far as the trust rule allows (flows.stored_verifiers), and says in one line what to
+flags, as far as the trust rule allows (verifiers.stored), and says in one line what to
 set or pass where it may not.
 
 The warehouse here is filled as a grading command fills it (`register_verifier` with the
@@ -62,7 +62,7 @@ def _graded_with(db: Path, *entries: object, roles: dict | None = None) -> list[
 
 
 def _judge_role(url: str = "http://127.0.0.1:9/v1", model: str = "openai-api/judge/j") -> dict:
-    from flows.config import RoleModel
+    from sweeps.config import RoleModel
 
     return RoleModel(model=model, base_url=url, config={"max_retries": 1}).to_json()
 
@@ -181,7 +181,7 @@ def test_a_judge_is_rebuilt_with_its_key_from_the_environment_never_from_the_war
     ],
 )
 def test_a_secret_in_a_judge_binding_is_refused_in_one_line(tmp_path: Path, role: dict) -> None:
-    from flows.config import ConfigError, parse_config
+    from sweeps.config import ConfigError, parse_config
 
     raw = {
         "name": "s", "warehouse": "w.duckdb",

@@ -13,8 +13,8 @@ from inspect_ai.model import ModelOutput, ModelUsage
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import parse_config
-from flows.task_specs import TaskLoadError, load_task
+from sweeps.config import parse_config
+from sweeps.tasks import TaskLoadError, load_task
 from warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@
 
 Inspect's loader runs a task file under a module name missing from `sys.modules`; a dataclass
 with `from __future__ import annotations` in it crashed both commands. Generation goes to a
-local OpenAI-compatible server (flows/mock_server.py) through Inspect's `openai-api` provider:
+local OpenAI-compatible server (sweeps/mock_server.py) through Inspect's `openai-api` provider:
 plain `mockllm/model` downloads a tokenizer, which an offline machine cannot.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from flows.mock_server import scripted_server
+from sweeps.mock_server import scripted_server
 from tasks.math import bundled_samples, scripted_completions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -183,7 +183,7 @@ def test_migrating_a_v4_file_fills_flip_pairs(pair, tmp_path):
 
 def test_gate_lookups_leave_the_connection_usable_for_sql(pair):
     # DuckDB 2.0 refuses con.sql() after an execute() whose result was read with fetchone()
-    from warehouse.gates import GateRules, _find_baseline, resolve_run_id
+    from gates.records import GateRules, _find_baseline, resolve_run_id
 
     current, _ = pair
     with Warehouse(current).read() as con:

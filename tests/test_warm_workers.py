@@ -1,4 +1,4 @@
-"""Judge-scorer grading workers forked from one warm process (flows.grading_pool `fork_from`).
+"""Judge-scorer grading workers forked from one warm process (scorers.workers.pool `fork_from`).
 
 The stage boots one zygote that imports Inspect, runs its start-up hooks and builds the judge
 once, and forks its grading workers from it. Those workers must grade as started ones do,
@@ -20,7 +20,7 @@ from pathlib import Path
 import inspect_scorer_kit as kit
 import pytest
 
-from flows.mock_server import scripted_server
+from sweeps.mock_server import scripted_server
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = {i: (i, i + 1) for i in range(1, 9)}  # i: what is a plus b?
@@ -86,7 +86,7 @@ _STAGE = textwrap.dedent(
     """
     import json, sys, time
     sys.path.insert(0, {root!r})
-    from flows.grading_pool import GradingPool
+    from scorers.workers.pool import GradingPool
     from flows.score import _start_for
     from scorers.identity.fingerprint import fingerprint
     from scorers.inspect_scorers.factories import ScorerSpec
@@ -155,9 +155,9 @@ _SMALL_STAGE = textwrap.dedent(
     """
     import json, sys, time
     sys.path.insert(0, {root!r})
-    from flows.grading_pool import GradingPool
+    from scorers.workers.pool import GradingPool
     from flows.score import ScoreOptions, _start_for, grade_batch
-    from flows.warm_start import starts_early, warm_preload
+    from scorers.workers.prewarm import starts_early, warm_preload
     from scorers.identity.fingerprint import fingerprint
     from scorers.inspect_scorers.factories import ScorerSpec
     from scorers.inspect_scorers.specs import resolve
@@ -187,8 +187,8 @@ def test_a_small_judge_log_is_graded_by_a_worker_forked_from_the_warm_process(
     """One chunk of a judge scorer is not graded in the stage's own process: that would run
     Inspect's start-up hooks and build the judge there, after Prefect's start and the ingest,
     while the warm process booted at the command's start has done both beside them."""
-    from flows.warm_start import starts_early, warm_preload
     from scorers.registry import get_verifier
+    from scorers.workers.prewarm import starts_early, warm_preload
 
     monkeypatch.setenv("JUDGE_API_KEY", "test")
     rows = _rows()
@@ -215,7 +215,7 @@ def test_a_small_judge_log_is_graded_by_a_worker_forked_from_the_warm_process(
 def test_a_warm_process_that_runs_threads_is_not_forked_from(tmp_path: Path) -> None:
     """A preload that starts a thread in the zygote: the pool starts its workers instead of
     forking them from a threaded process, and they still grade."""
-    from flows.grading_pool import GradingPool
+    from scorers.workers.pool import GradingPool
 
     (tmp_path / "threaded_preload.py").write_text(
         "import threading, time\n"
@@ -224,7 +224,7 @@ def test_a_warm_process_that_runs_threads_is_not_forked_from(tmp_path: Path) -> 
     sys.path.insert(0, str(tmp_path))
     pool = GradingPool(1)
     try:
-        pool.start(["flows.grading_pool"], fork_from=["threaded_preload"])
+        pool.start(["scorers.workers.pool"], fork_from=["threaded_preload"])
         results: dict = {}
         pool.map(_pid_grade, [[("a", ["a"], "{}", "1")]], 10.0, results.__setitem__)
         ((status, value, *_),) = results[0]
@@ -250,8 +250,8 @@ def test_a_pool_adopts_the_warm_process_booted_before_it(tmp_path: Path) -> None
     """`prewarm` (what `gradebook score` calls before Prefect loads) boots the warm process;
     the stage's pool started later with the same preload forks its workers from that one
     instead of booting another."""
-    from flows import grading_pool
-    from flows.grading_pool import GradingPool, prewarm
+    from scorers.workers import pool as grading_pool
+    from scorers.workers.pool import GradingPool, prewarm
 
     (tmp_path / "warm_probe.py").write_text("import json\nBOOTED = []\n")
     sys.path.insert(0, str(tmp_path))
@@ -260,7 +260,7 @@ def test_a_pool_adopts_the_warm_process_booted_before_it(tmp_path: Path) -> None
     broker = grading_pool._PREWARMED[tuple(preload)]
     pool = GradingPool(2)
     try:
-        pool.start(["flows.grading_pool"], fork_from=preload)
+        pool.start(["scorers.workers.pool"], fork_from=preload)
         results: dict = {}
         pool.map(_pid_grade, [[("a", ["a"], "{}", "1")], [("b", ["c"], "{}", "2")]], 10.0,
                  results.__setitem__)  # fmt: skip
@@ -284,17 +284,17 @@ def test_a_warm_process_booted_from_the_command_line_serves_the_resolved_stage(
     it resolves them; the stage's fuller preload (the scorer's own module added) adopts that
     process instead of booting a second one, and a boot whose warm-ups the stage does not ask
     for (another judge) is closed, not left taking CPU."""
-    from flows import grading_pool
-    from flows.grading_pool import GradingPool, covers, prewarm
-    from flows.warm_start import early_preload
+    from scorers.workers import pool as grading_pool
+    from scorers.workers.pool import GradingPool, covers, prewarm
+    from scorers.workers.prewarm import early_preload
 
     spec = _spec("http://127.0.0.1:9/v1")
     early = early_preload([json.dumps(spec), "scorers.math"])
-    judge = ("flows.warm_start", "warm_judges", (json.dumps(spec["roles"], sort_keys=True),))
+    judge = ("scorers.workers.prewarm", "warm_judges", (json.dumps(spec["roles"], sort_keys=True),))
     assert early == ["inspect_ai.scorer", "scorers.inspect_scorers.judges", judge]
     assert early_preload(["scorers.math", "my_verifiers"]) == []  # no Inspect scorer: no boot
     assert covers(early, ["inspect_ai.scorer._model", *early])
-    other = ("flows.warm_start", "warm_judges", ('{"grader": {"model": "other"}}',))
+    other = ("scorers.workers.prewarm", "warm_judges", ('{"grader": {"model": "other"}}',))
     assert not covers(early, ["inspect_ai.scorer", other])  # another judge's warm-up
 
     (tmp_path / "warm_probe.py").write_text("BOOTED = []\n")
@@ -307,7 +307,7 @@ def test_a_warm_process_booted_from_the_command_line_serves_the_resolved_stage(
     assert list(grading_pool._PREWARMED) == [tuple(first)]
     pool = GradingPool(2)
     try:
-        pool.start(["flows.grading_pool"], fork_from=fuller)
+        pool.start(["scorers.workers.pool"], fork_from=fuller)
         results: dict = {}
         pool.map(_pid_grade, [[("a", ["a"], "{}", "1")], [("b", ["c"], "{}", "2")]], 10.0,
                  results.__setitem__)  # fmt: skip
@@ -323,7 +323,7 @@ def test_a_warm_process_booted_from_the_command_line_serves_the_resolved_stage(
     stray = grading_pool._PREWARMED[("warm_probe", other)]
     second = GradingPool(1)
     try:
-        second.start(["flows.grading_pool"], fork_from=["warm_probe"])
+        second.start(["scorers.workers.pool"], fork_from=["warm_probe"])
         assert second._broker is not stray and not grading_pool._PREWARMED
         assert stray._closed
     finally:
@@ -337,7 +337,7 @@ def test_the_early_boot_decision_reads_a_log_header_without_importing_inspect(
     imported (importing it first would delay the boot by seconds)."""
     log = shared_data / "logs" / "log_formats.eval"
     code = (
-        "import sys; from flows.warm_start import expected_samples; "
+        "import sys; from scorers.workers.prewarm import expected_samples; "
         f"n = expected_samples([{str(log)!r}]); "
         "print(n, 'inspect_ai' in sys.modules)"
     )

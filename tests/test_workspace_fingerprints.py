@@ -49,8 +49,8 @@ def test_which_scorers_use_a_sandbox_is_read_from_their_source(tmp_path, monkeyp
 
 
 def test_a_sandbox_scorer_carries_its_sandbox_spec_and_the_restore_code(tmp_path) -> None:
-    from flows.verifier_specs import names_for_entries
     from scorers.registry import get_verifier
+    from verifiers.specs import names_for_entries
 
     path = tmp_path / "team.py"
     path.write_text(SANDBOX_SCORER)
@@ -68,7 +68,7 @@ FINGERPRINTS = textwrap.dedent(
     """
     import json, sys
     import flows  # records the loaded code, as every command does
-    from flows.verifier_specs import names_for_entries
+    from verifiers.specs import names_for_entries
     from scorers.identity.fingerprint import fingerprint
     from scorers.registry import get_verifier
 

@@ -18,8 +18,8 @@ import workspace_kit as kit
 from cli_kit import GRADEBOOK, gradebook, shell_env
 from inspect_ai.log import read_eval_log
 
-from flows.config import ModelConfig, TaskConfig, WorkspacesConfig
 from flows.generate import run_generation
+from sweeps.config import ModelConfig, TaskConfig, WorkspacesConfig
 from warehouse import Warehouse
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -305,9 +305,9 @@ def test_a_judged_sandbox_scorer_is_rejudged_from_the_warehouse_alone(
     """The judge fails after the sandbox calls were made: the samples are unscored
     (grader_failed) with those calls as evidence. Judged again with the Docker Engine gone, they
     are graded from the recorded calls: judge calls = samples, no container."""
-    from flows.mock_server import scripted_server
     from flows.score import ScoreOptions, score_runs
-    from flows.verifier_specs import names_for_entries
+    from sweeps.mock_server import scripted_server
+    from verifiers.specs import names_for_entries
 
     log = generate(tmp_path, "notes")
     db = tmp_path / "gb.duckdb"

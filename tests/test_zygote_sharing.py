@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import scorers.workers.zygote as zygote
-from flows.grading_pool import GradingPool
 from flows.score import ScoreOptions, grade_batch
 from scorers.registry import Verifier
 from scorers.workers.bounded import BoundedPool, WorkerTimeout
+from scorers.workers.pool import GradingPool
 
 # A stand-in for sympy: records every process that imports it, in a file next to it.
 _HEAVY = """

@@ -205,7 +205,7 @@ WRONG_CLASS = RIGHT_CLASS.replace("self.items.pop()", "self.items[0]")
 
 
 def judge_script(broken: list[bool]):
-    """A judge for `judged_answer` (flows.mock_server): HTTP 500 while `broken[0]`, else YES when
+    """A judge for `judged_answer` (sweeps.mock_server): HTTP 500 while `broken[0]`, else YES when
     the number shown is the square asked for."""
     import re
 

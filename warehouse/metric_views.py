@@ -89,7 +89,7 @@ def metric_views_sql(scores: str = "wh.scores") -> str:
     """`run_pass_at_k`, `run_metrics` and `run_metrics_base` over a relation of score rows
     (warehouse.score_attempts passes `current_scores`, the latest attempt of each score)."""
     return f"""
--- pass@k (Chen et al. 2021, unbiased), as in warehouse.gate_tables: per sample n = the run's epochs
+-- pass@k (Chen et al. 2021, unbiased), as in warehouse.gate_schema: per sample n = the run's epochs
 -- (or more attempts when stored), c = attempts scored 1; averaged over the samples with n >= k.
 -- Evaluated once per distinct (n, c) and weighted by how many samples share it.
 CREATE OR REPLACE VIEW run_pass_at_k AS

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import duckdb
 
 from warehouse.connection import WarehouseError, one
-from warehouse.gate_tables import GATES_TABLE_SQL, PASS_AT_K_SQL
+from warehouse.gate_schema import GATES_TABLE_SQL, PASS_AT_K_SQL
 from warehouse.judge_usage import JUDGE_USAGE_SQL
 from warehouse.log_stamps import LOG_STAMP_SQL
 from warehouse.metric_views import QUERY_VIEWS_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
 from warehouse.score_attempts import RETRY_ATTEMPTS_SQL
+from warehouse.stored_specs import VERIFIER_MODULE_SQL, VERIFIER_SPECS_SQL
 from warehouse.task_state_columns import TASK_STATE_SQL
-from warehouse.verifier_modules import VERIFIER_MODULE_SQL, VERIFIER_SPECS_SQL
 from warehouse.workspace_views import WORKSPACE_VIEWS_SQL
 
 

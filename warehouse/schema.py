@@ -30,7 +30,7 @@ RETRYABLE_REASONS = (
 # with --retry-unscored once the cause is fixed), or only "infrastructure" failures, where the
 # scoring machinery failed rather than the verifier on this input: the sandbox was unreachable,
 # the judge's calls failed (grader_failed), or the grading worker process died (a verifier_error whose explanation starts with
-# WORKER_DIED, as flows.grading_pool writes it). The sweep retries those by itself.
+# WORKER_DIED, as scorers.workers.pool writes it). The sweep retries those by itself.
 RetryScope = Literal["all", "infrastructure"]
 WORKER_DIED = "scoring worker died"
 

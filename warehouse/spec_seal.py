@@ -1,7 +1,7 @@
 """Which stored verifier specs this user's own commands wrote: a seal (HMAC) per spec.
 
 Why: every command rebuilds the verifiers a warehouse has seen from the specs it stores
-(flows.stored_verifiers), but a warehouse (or a log) may come from elsewhere, and a spec names
+(verifiers.stored), but a warehouse (or a log) may come from elsewhere, and a spec names
 code to import (`file.py@scorer`, a module) and a judge to send an API key to. A spec is
 rebuilt without a flag only when its seal checks out: an HMAC-SHA256 of (verifier name, spec)
 under a key that only this user can read, written with the spec by the command that graded

@@ -47,8 +47,8 @@ from warehouse.schema import (
     conform_scores,
 )
 from warehouse.score_values import dict_key_rows
+from warehouse.stored_specs import store_spec
 from warehouse.task_state_columns import STATE_JSON_SQL
-from warehouse.verifier_modules import store_spec
 
 if TYPE_CHECKING:
     import warehouse.logs as logs

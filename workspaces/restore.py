@@ -262,7 +262,7 @@ class Sandboxes:
                 await loop.run_in_executor(None, container.remove)
 
     def settle(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The sample's result row (flows.grading_pool's ResultRow) with the sandbox evidence
+        """The sample's result row (scorers.workers.pool's ResultRow) with the sandbox evidence
         in its metadata, and `unscored` with the failure's reason if a sandbox could not be
         given (whatever the scorer returned after the exception)."""
         used = self.evidence.total or self.evidence.restored or self.failure

@@ -27,11 +27,11 @@ from flows.cli.pipeline import (
     print_heal,
     summary_table,
 )
-from flows.heal import unscored_in_rows
-from flows.mock_server import scripted_server
 from flows.runtime.console import console, quiet_prefect
 from flows.runtime.envvars import environ_set
+from sweeps.mock_server import scripted_server
 from warehouse.commands import command, program
+from warehouse.heal import unscored_in_rows
 
 __all__ = ["DEMO_MODELS", "DemoTask", "demo_config", "demo_tasks", "register", "run_demo"]
 
@@ -133,8 +133,8 @@ def run_demo(directory: Path) -> int:
         0 when the pipeline ran (the gate verdicts are part of the show), 2 if it could not,
         130/143 if SIGINT/SIGTERM stopped it.
     """
-    from flows.config import parse_config
     from flows.sweep import run_sweep
+    from sweeps.config import parse_config
 
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)

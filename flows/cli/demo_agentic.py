@@ -75,10 +75,10 @@ def run_agentic_demo(directory: Path, tickets: int = 6) -> int:
         0 when the loop ran, 2 if it could not (no Docker, a failed generation), 130/143 if a
         signal stopped it.
     """
-    from flows.config import parse_config
     from flows.rescore import rescore_flow
     from flows.sweep import run_sweep
     from scorers.sandbox.pool import sandbox_down
+    from sweeps.config import parse_config
     from tasks import agentic
     from warehouse import Warehouse
 

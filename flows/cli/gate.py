@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from flows.runtime.console import console, shown
-from flows.verifier_modules import ModulesOption
 from gates.rules import GateResult, GateRules
+from verifiers.modules import ModulesOption
 from warehouse import DEFAULT_DB, Warehouse, WarehouseError
 
 DbOption = Annotated[
@@ -34,7 +34,7 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _load_modules(modules: list[str] | None, db: Path | None = None) -> None:
-    from flows.verifier_modules import VerifierLoadError, load_modules
+    from verifiers.modules import VerifierLoadError, load_modules
 
     try:
         load_modules(modules)
@@ -45,9 +45,9 @@ def _load_modules(modules: list[str] | None, db: Path | None = None) -> None:
 
 
 def rebuild_stored(db: Path) -> None:
-    """Rebuild every verifier the warehouse stores a spec of (flows.stored_verifiers); say on
+    """Rebuild every verifier the warehouse stores a spec of (verifiers.stored); say on
     stderr where a flag given here overrides a stored spec (stdout may be --json)."""
-    from flows.stored_verifiers import rebuild
+    from verifiers.stored import rebuild
 
     for note in rebuild(db).overridden.values():
         typer.echo(f"note: {note}", err=True)
@@ -60,7 +60,7 @@ def _rules(
     base: dict[str, object] = {}
     sweep_name, db = None, None
     if config is not None:
-        from flows.config import ConfigError, load_config
+        from sweeps.config import ConfigError, load_config
 
         try:
             cfg = load_config(config)
@@ -180,7 +180,7 @@ def gate(
         raise _fail(str(exc)) from None
     rebuild_stored(db)  # every verifier it stores a spec of, where the trust rule allows
     # Imported here: the gate stage pulls in Prefect (seconds) that `--help` never needs.
-    from flows.gate import evaluate_gates, overall_exit_code
+    from gates.evaluate import evaluate_gates, overall_exit_code
 
     try:
         results = evaluate_gates(db, run or None, rules=rules, sweep=sweep, record=not dry_run)
@@ -201,11 +201,11 @@ def gate(
 
 def _print_heal(db: Path, results: list[GateResult]) -> None:
     """Samples the gated runs hold unscored for a retryable reason: the command that grades
-    them again, then this very gate (flows.heal)."""
+    them again, then this very gate (warehouse.heal)."""
     import sys
 
     from flows.cli.pipeline import print_heal
-    from flows.heal import retryable_unscored
+    from warehouse.heal import retryable_unscored
 
     left = [
         u
@@ -226,8 +226,8 @@ def report(
     verifier_module: ModulesOption = None,
 ) -> None:
     """Write one self-contained HTML report: history, gate verdicts, coverage, grade flips."""
-    from flows.gate import current_fingerprints
-    from flows.report.summary import write_report
+    from flows.cli.report.summary import write_report
+    from gates.evaluate import current_fingerprints
     from warehouse import Warehouse
 
     _load_modules(verifier_module, db)

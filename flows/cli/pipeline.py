@@ -14,9 +14,9 @@ import typer
 from rich.table import Table
 
 from flows.cli.ingest_limits import MaxLogOption, MaxMemberOption, MaxRatioOption, set_limits
-from flows.model_roles import ModelRoleOption
 from flows.runtime.console import console, err_console, quiet_prefect, shown, waiting
-from flows.verifier_modules import ModulesOption
+from verifiers.modules import ModulesOption
+from verifiers.roles import ModelRoleOption
 
 __all__ = ["register"]
 
@@ -70,11 +70,11 @@ def _run_flow(
     `lock_timeout`: the warehouse lock timeout for every open the flows make.
     SIGINT and SIGTERM stop the command (flows.runtime.interrupts): exit 130 or 143.
     """
-    from flows.config import ConfigError
     from flows.runtime.envvars import environ_set
     from flows.runtime.interrupts import exit_code, stop_on_signals, stop_signal
     from flows.runtime.server import PrefectServerError
     from flows.runtime.session import PrefectUnavailable, prefect_session
+    from sweeps.config import ConfigError
     from warehouse import WarehouseError
     from warehouse.connection import LOCK_TIMEOUT_ENV
 
@@ -112,7 +112,7 @@ def _load(config: Path, *, tasks: bool = False, generates: bool = False) -> Any:
     """Load a sweep config; with `tasks`, also load each task once (before Prefect starts);
     with `generates` (the command generates now), also check each model's environment and the
     warehouse the results go to."""
-    from flows.config import ConfigError, load_config
+    from sweeps.config import ConfigError, load_config
 
     try:
         cfg = load_config(config)
@@ -121,7 +121,7 @@ def _load(config: Path, *, tasks: bool = False, generates: bool = False) -> Any:
         if generates and cfg.cluster is None:
             # in cluster mode the workers need them, not this host: each generate run checks
             # its own host's environment (flows.cluster.work)
-            from flows.model_servers import check_model_env
+            from sweeps.model_servers import check_model_env
 
             check_model_env(cfg)
     except ConfigError as exc:
@@ -146,8 +146,8 @@ def _check_tasks(cfg: Any) -> None:
     # Loading every task (Inspect's imports, the task files) takes a second or two: a command
     # that runs flows does it while its local Prefect server boots (`_run_flow(meanwhile=)`),
     # still before any model call; a task that does not load is exit 2 with one line.
-    from flows.task_specs import check_tasks
-    from flows.verifier_specs import check_verifiers
+    from sweeps.tasks import check_tasks
+    from verifiers.specs import check_verifiers
 
     check_tasks(cfg)
     check_verifiers(cfg)
@@ -201,8 +201,8 @@ def print_gate_problems(result: Any) -> None:
 
 def print_heal(db: Path | str, unscored: list[Any], gate: list[str] | None) -> None:
     """The samples left unscored for a retryable reason, and the command that grades exactly
-    those again (flows.heal); nothing when there are none."""
-    from flows.heal import heal_lines
+    those again (warehouse.heal); nothing when there are none."""
+    from warehouse.heal import heal_lines
 
     lines = heal_lines(db, unscored, gate)
     if lines:
@@ -225,8 +225,8 @@ def _rule_text(rule: Any) -> str:
 
 def _with_judges(modules: list[str] | None, roles: list[str], entries: list) -> list[str]:
     """`--verifier-module`s plus the judge scorers among `entries` with `--model-role` bound
-    (flows.model_roles); none of them a judge is one line (exit 2)."""
-    from flows.model_roles import bindings, judge_specs
+    (verifiers.roles); none of them a judge is one line (exit 2)."""
+    from verifiers.roles import bindings, judge_specs
 
     try:
         bound = bindings(roles)
@@ -244,13 +244,13 @@ def _with_judges(modules: list[str] | None, roles: list[str], entries: list) -> 
 
 def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> None:
     """Import the verifier modules the user named (and rebuild every verifier the warehouse
-    stores a spec of, flows.stored_verifiers), then check every verifier asked for is loaded or
+    stores a spec of, verifiers.stored), then check every verifier asked for is loaded or
     is an Inspect scorer spec; a failure is one line that names the module or name and the fix
     (exit 2)."""
-    from flows.stored_verifiers import rebuild, unknown_verifiers
-    from flows.verifier_modules import VerifierLoadError, load_modules, recorded_modules
-    from flows.verifier_specs import names_for_entries
     from scorers.inspect_scorers.specs import SpecError
+    from verifiers.modules import VerifierLoadError, load_modules, recorded_modules
+    from verifiers.specs import names_for_entries
+    from verifiers.stored import rebuild, unknown_verifiers
 
     try:
         load_modules(modules)
@@ -290,8 +290,8 @@ def _check_readable(files: list[Path], given: int) -> None:
 def _check_logs_scorers(logs: list[str], db: Path) -> None:
     """Logs scored with the verifiers they name or their own scorers: each log whose scorers
     cannot be resolved is one line, and nothing is written (exit 2)."""
-    from flows.verifier_modules import recorded_modules
-    from flows.verifier_specs import log_problems
+    from verifiers.modules import recorded_modules
+    from verifiers.specs import log_problems
 
     _, problems = log_problems(logs, recorded_modules(db))
     for line in problems:
@@ -333,7 +333,7 @@ def sweep(
     if result.stopped is not None:
         _print_stopped(result)
     else:
-        from flows.heal import unscored_in_rows
+        from warehouse.heal import unscored_in_rows
 
         print_heal(cfg.warehouse, unscored_in_rows(result.rows), ["gate", "--config", str(config)])
     raise typer.Exit(result.exit_code)
@@ -419,7 +419,7 @@ def score(
         raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval or .json logs")
     _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
     if model_role:
-        from flows.model_roles import log_entries
+        from verifiers.roles import log_entries
         from warehouse.logs import LogReadError, expand_log_paths
 
         try:
@@ -431,12 +431,12 @@ def score(
     if files:
         # an Inspect scorer's warm process boots from the command line alone, while the
         # verifiers are resolved (that imports Inspect too) and the warehouse is checked
-        from flows.warm_start import prewarm_for
+        from scorers.workers.prewarm import prewarm_for
 
         prewarm_for([str(p) for p in logs], verifier, early=verifier_module or [])
     # decided from the warehouse before Prefect or Inspect are loaded: a no-op costs ~ `sql`
     if scored_logs is None and files:
-        from flows.nothing_to_do import nothing_to_score
+        from verifiers.nothing_to_do import nothing_to_score
 
         _load_verifiers(verifier_module, verifier or [], db)
         noop = _no_op(lambda: nothing_to_score(logs, db, verifier, retry_unscored=retry_unscored))
@@ -444,7 +444,7 @@ def score(
             console.print(noop, soft_wrap=True)
             return
         # its Inspect scorers' warm process boots while Prefect loads and the stage ingests
-        from flows.warm_start import prewarm_for
+        from scorers.workers.prewarm import prewarm_for
 
         prewarm_for([str(p) for p in logs], verifier)
 
@@ -462,7 +462,7 @@ def score(
     if not verifier:
         _check_logs_scorers(paths, db)
     if scored_logs is not None:
-        from flows.scored_log import check_scored_log_dir
+        from warehouse.scored_logs import check_scored_log_dir
 
         try:
             check_scored_log_dir(paths, scored_logs)
@@ -503,7 +503,7 @@ def score(
             "were graded; run the command again once it is saved[/yellow]",
             soft_wrap=True,
         )
-    from flows.heal import retryable_unscored
+    from warehouse.heal import retryable_unscored
 
     fingerprints = {s.scorer: s.fingerprint for s in summaries if s.fingerprint}
     _print_heal_runs(db, retryable_unscored(db, fingerprints, {s.run_id for s in summaries}))
@@ -532,8 +532,8 @@ def rescore(
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
-    from flows.rescore_plan import plan_rescore, record_current
-    from flows.stored_verifiers import judge_entries, unloaded
+    from verifiers.rescore_plan import plan_rescore, record_current
+    from verifiers.stored import judge_entries, unloaded
 
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
@@ -589,7 +589,7 @@ def rescore(
             + (" and no sample is unscored for a retryable reason" if retry_unscored else "")
         )
     if not dry_run:
-        from flows.heal import retryable_unscored
+        from warehouse.heal import retryable_unscored
 
         _print_heal_runs(db, retryable_unscored(db, {p.scorer: p.digest for p in plans}))
 
@@ -597,7 +597,7 @@ def rescore(
 def _print_flips(plan: Any) -> None:
     """What one verifier's pass changed (`flip`: against gradebook's own older verdicts), apart
     from where it disagrees with the scores the logs recorded, then where its runs stand."""
-    from flows.rescore_plan import MAX_FLIPS_SHOWN
+    from verifiers.rescore_plan import MAX_FLIPS_SHOWN
 
     for kind, flips, query in (
         ("flip", plan.flips, "SELECT * FROM grade_flips"),
@@ -621,9 +621,9 @@ def verifiers(
     db: DbOption = Path("gradebook.duckdb"), verifier_module: ModulesOption = None
 ) -> None:
     """List verifiers: name, current fingerprint, label, first seen, samples graded."""
-    from flows.stored_verifiers import unloaded
     from scorers.identity.fingerprint import fingerprint
     from scorers.registry import all_verifiers
+    from verifiers.stored import unloaded
     from warehouse import Warehouse, WarehouseError
     from warehouse.schema import RECORDED_PREFIX
 

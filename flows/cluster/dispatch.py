@@ -30,11 +30,11 @@ from typing import Any
 
 from flows.cluster.setup import CLUSTER_TAG, GENERATE_FLOW, SCORE_FLOW, deployment_name
 from flows.cluster.work import WORK_FAILED, read_manifest
-from flows.config import ClusterConfig, ConfigError, ModelConfig, SweepConfig
 from flows.generate import GenerationResult
 from flows.runtime.console import waiting
 from flows.runtime.run_names import count, tag
 from flows.score import RunScore
+from sweeps.config import ClusterConfig, ConfigError, ModelConfig, SweepConfig
 
 __all__ = [
     "ClusterRun",

@@ -21,9 +21,9 @@ from typing import Any
 from prefect import flow
 from prefect.states import Failed
 
-from flows.config import ModelConfig, TaskConfig, WorkspacesConfig
 from flows.generate import GenerationResult, run_generation
-from flows.model_servers import env_problem
+from sweeps.config import ModelConfig, TaskConfig, WorkspacesConfig
+from sweeps.model_servers import env_problem
 
 __all__ = [
     "WORK_FAILED",

@@ -263,7 +263,7 @@ def _fingerprint(
 
 
 def _stored_spec(verifier: Verifier, sources: dict[str, _Source]) -> dict[str, Any] | None:
-    """What rebuilds the verifier in another command (flows.stored_verifiers): its spec, the
+    """What rebuilds the verifier in another command (verifiers.stored): its spec, the
     name it is stored under, and the sha256 of the file that defines it, so a file is only
     imported again while it holds the bytes that graded (a later edit needs the user's word)."""
     src = sources.get(verifier.module)

@@ -4,7 +4,7 @@ This module decides an Inspect scorer's verdicts in gradebook, so it is part of 
 scorer's fingerprint (`Verifier.code`), beside the scorer's own code: changing it is a new
 verifier version, and every stored score of an Inspect scorer is graded again. How samples are
 scheduled (the event loop a grading worker keeps, how many samples are in flight, the watchdog
-that stops a scorer busy past its limit) belongs to the worker (flows.async_grading), outside
+that stops a scorer busy past its limit) belongs to the worker (scorers.workers.async_grading), outside
 this module, so that changing it grades nothing again.
 
 `InspectGrade` is what a `Verifier` for an Inspect scorer grades with: a small picklable object
@@ -51,7 +51,7 @@ from scorers.inspect_scorers.judges import (
 
 __all__ = ["Bound", "CannotGrade", "InspectGrade", "grade_row", "run_here"]
 
-# (status, value, answer, explanation, reason, metadata JSON, seconds): flows.grading_pool's
+# (status, value, answer, explanation, reason, metadata JSON, seconds): scorers.workers.pool's
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
 _SCORERS: dict[str, Any] = {}  # spec JSON -> the created Inspect scorer (this process)
@@ -197,7 +197,7 @@ async def grade_row(
     timeout_s: float,
     watch: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> ResultRow:
-    """Grade one sample (flows.grading_pool's SampleRow) in a task running in a copy of
+    """Grade one sample (scorers.workers.pool's SampleRow) in a task running in a copy of
     `bound.context`; never raises.
 
     `timeout_s`: the scorer's limit (0: none); an await past it is cancelled. `watch`: a

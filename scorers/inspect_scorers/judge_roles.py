@@ -1,7 +1,7 @@
 """What a judge's role binding may hold and what it leaves to the environment.
 
 A binding (`[model_roles.grader]`, `--model-role`) is stored with the verifier's spec in logs
-and the warehouse, so every later command rebuilds the judge from it (flows.stored_verifiers).
+and the warehouse, so every later command rebuilds the judge from it (verifiers.stored).
 It therefore never holds a secret: a key stays in the environment variable the provider reads,
 and the binding keeps that variable's *name* (`credential_env`), so a command on a machine
 without it says exactly what to export.

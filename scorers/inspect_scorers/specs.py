@@ -14,7 +14,7 @@ Trust: a log or a warehouse may come from elsewhere, and Inspect's own re-scorin
 task file a log names. Here built-in and installed-package scorers are resolved by registry name
 only, and a file is imported only when the user gave its path (a config, `--verifier`,
 `--verifier-module`, a task file the user's config names, or a spec the user's own command
-stored and sealed, which flows.stored_verifiers resolves as trusted): `resolve(...,
+stored and sealed, which verifiers.stored resolves as trusted): `resolve(...,
 trusted=False)` refuses a file spec that this process has not already loaded for the user.
 
 A spec becomes a registered `Verifier` (scorers.registry) named like Inspect names the scorer's

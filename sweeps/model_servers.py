@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from flows.config import ConfigError, ModelConfig, RoleModel, SweepConfig
+from sweeps.config import ConfigError, ModelConfig, RoleModel, SweepConfig
 
 __all__ = [
     "CHECK_TIMEOUT_S",

@@ -7,7 +7,7 @@ preload, so it is ready in a fraction of a second, and it imports them from disk
 (an edited verifier is what gets run). Chunks go over a socket pair: a list of compact tuples
 in, a list of compact result tuples out. A worker grades one chunk at a time, except an async
 grade's (an Inspect scorer's): those it grades side by side in one event loop
-(flows.async_grading).
+(scorers.workers.async_grading).
 
 Warm workers: a pool started with `fork_from` (an Inspect scorer's modules and warm-ups)
 boots one zygote (`scorers.workers.zygote`) that imports them once, and forks its workers from
@@ -21,7 +21,7 @@ Fault isolation: a verifier that raises or overruns the per-sample limit makes t
 `unscored` and is replaced.
 
 Which code graded: a worker records the exact source of every project module it compiles
-(`scorers.identity.loaded_code`, set up by `import flows`), and with each chunk of a `Verifier` it reports
+(`scorers.identity.loaded_code`, installed first in each worker), and with each chunk of a `Verifier` it reports
 the fingerprint of the code it actually ran (`scorers.identity.fingerprint.fingerprint_as_loaded`). `map`
 never hands the caller a chunk graded by code other than the fingerprint it expects.
 
@@ -51,9 +51,10 @@ from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
 from typing import Any
 
-from flows.async_grading import ASYNC_DEPTH, Job, grade_now, is_async, serve
 from flows.runtime.interrupts import stop_fd, stop_signal
 from scorers.grade import Grade, SampleView, unscored
+from scorers.identity import loaded_code
+from scorers.workers.async_grading import ASYNC_DEPTH, Job, grade_now, is_async, serve
 from scorers.workers.zygote import (
     ForkedProcess,
     Zygote,
@@ -79,7 +80,7 @@ SampleRow = tuple[str | None, list[str] | None, str | None, str | None, str | No
 # (status, value, answer, explanation, reason, metadata JSON, seconds)
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
-_ROOT = str(Path(__file__).resolve().parents[1])
+_ROOT = str(Path(__file__).resolve().parents[2])
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
 # A stop (Ctrl-C, SIGTERM) hands out no more chunks and waits this long for the chunks in
 # flight: a fast verifier's come back and are written; a slow one's (a judge's) are dropped,
@@ -108,7 +109,7 @@ def grade_chunk(
     Returns one result tuple per row, in order; the caller adds the key columns back. With
     `may_defer`, a row the verifier defers (status "deferred") must be graded again later.
 
-    An async grade (an Inspect scorer: flows.async_grading) grades the chunk's samples
+    An async grade (an Inspect scorer: scorers.workers.async_grading) grades the chunk's samples
     concurrently within one event loop.
     """
     if is_async(grade):
@@ -457,8 +458,8 @@ class _Worker:
         # group, and it is the stage's to handle (it closes the channel, which ends the worker)
         code = (
             "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-            f"import sys; sys.path.insert(0, {_ROOT!r}); "
-            f"from flows.grading_pool import _worker_main; _worker_main(*{fds})"
+            f"import sys; sys.path.insert(0, {_ROOT!r})\n{loaded_code.boot_code()}"
+            f"from scorers.workers.pool import _worker_main; _worker_main(*{fds})"
         )
         try:
             self.proc = subprocess.Popen(

@@ -5,7 +5,7 @@ a real deployment uses (`openai-api/local/<name>` with LOCAL_BASE_URL, or `vllm/
 base URL). Answers come from a script: a function of (model name, messages) that returns the
 reply text, or an HTTP status code to fail that request with (e.g. 500, to test error handling).
 
-`python -m flows.mock_server --port 8765` runs it as a judge a user can start and stop (the
+`python -m sweeps.mock_server --port 8765` runs it as a judge a user can start and stop (the
 judge-outage walkthrough in docs/how-to/inspect-scorers.md).
 """
 
@@ -173,12 +173,12 @@ def judge_script(model: str, messages: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m flows.mock_server --port 8765`: a local judge (`judge_script`) on 127.0.0.1,
+    """`python -m sweeps.mock_server --port 8765`: a local judge (`judge_script`) on 127.0.0.1,
     for trying judge-graded scorers and a judge outage offline; Ctrl-C stops it."""
     import argparse
     import signal
 
-    parser = argparse.ArgumentParser(prog="python -m flows.mock_server", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sweeps.mock_server", description=main.__doc__)
     parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free)")
     args = parser.parse_args(argv)
     stop = threading.Event()

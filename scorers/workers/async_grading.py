@@ -46,7 +46,7 @@ __all__ = ["ASYNC_DEPTH", "IN_FLIGHT", "SampleTimeout", "grade_now", "is_async",
 IN_FLIGHT = 128  # samples in flight per worker, at least
 ASYNC_DEPTH = 4  # chunks a worker holds at once for an async grade (one graded, the rest queued)
 
-# (status, value, answer, explanation, reason, metadata JSON, seconds): flows.grading_pool's
+# (status, value, answer, explanation, reason, metadata JSON, seconds): scorers.workers.pool's
 ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
 

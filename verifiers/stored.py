@@ -1,7 +1,7 @@
 """Rebuilding the verifiers a warehouse has seen from the specs it stores, with no flags.
 
 Every command that grades records the spec of each verifier it graded with
-(`wh.verifier_specs`, warehouse.verifier_modules): an Inspect scorer's registry name or file
+(`wh.verifier_specs`, warehouse.stored_specs): an Inspect scorer's registry name or file
 and params, its judge roles (model, base URL, config, and the *names* of the environment
 variables that hold keys), a user module's file; a file's sha256 beside it; sealed as this
 user's (warehouse.spec_seal). `rescore`, `gate`, `report`, `verifiers`, `score` and the `serve`
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows.verifier_modules import ENV, import_error, recorded_modules
+from verifiers.modules import ENV, import_error, recorded_modules
 
 __all__ = [
     "Rebuilt",
@@ -67,12 +67,12 @@ class Rebuilt:
 
 
 def stored_specs(db: str | Path) -> dict[str, Any]:
-    """name -> its latest stored spec (warehouse.verifier_modules.StoredSpec); empty when there
+    """name -> its latest stored spec (warehouse.stored_specs.StoredSpec); empty when there
     is no readable warehouse (the command reports that itself)."""
     import duckdb
 
     from warehouse import SchemaTooNew, Warehouse, WarehouseLocked
-    from warehouse.verifier_modules import stored_specs as read
+    from warehouse.stored_specs import stored_specs as read
 
     if not Path(db).exists():
         return {}

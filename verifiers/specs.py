@@ -1,6 +1,6 @@
 """Which verifiers score a task or a log, when they may be Inspect scorers.
 
-A sweep task's `verifiers` are resolved by the config (flows.config); a task without them is
+A sweep task's `verifiers` are resolved by the config (sweeps.config); a task without them is
 scored by its own scorers, read from the Task itself (the user's config names it, so a scorer
 its file defines may be imported). A log scored later (`gradebook score LOG`) is scored by what
 gradebook's generate stage recorded in its metadata, else by the scorers the log says its task
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flows.config import ConfigError, RoleModel, SweepConfig, TaskConfig, role_bindings
+from sweeps.config import ConfigError, RoleModel, SweepConfig, TaskConfig, role_bindings
 
 __all__ = [
     "check_verifiers",
@@ -43,8 +43,8 @@ def names_for_entries(entries: Iterable[Any], *, trusted: bool) -> list[str]:
 
 
 def _task_specs(task_cfg: TaskConfig) -> list[Any]:
-    from flows.task_specs import load_task
     from scorers.inspect_scorers.specs import task_scorer_specs
+    from sweeps.tasks import load_task
 
     key = json.dumps([task_cfg.task, task_cfg.args], sort_keys=True, default=str)
     if key not in _TASK_SCORERS:
@@ -120,7 +120,7 @@ def log_verifier_names(
     Args:
         path: the log.
         modules: verifier name -> the module a warehouse records for it
-            (flows.verifier_modules.recorded_modules): a gradebook verifier the log names that
+            (verifiers.modules.recorded_modules): a gradebook verifier the log names that
             is not loaded here is then reported with the flag that loads it.
 
     Raises:
@@ -136,8 +136,8 @@ def log_verifier_names(
         raise SpecError(
             f"{path}: the log names no scorer (no eval.scorers or results); pass --verifier NAME"
         )
-    from flows.stored_verifiers import how_to_load
     from scorers.registry import all_verifiers
+    from verifiers.stored import how_to_load
 
     for entry in entries:
         if isinstance(entry, str) and entry in (modules or {}) and entry not in all_verifiers():

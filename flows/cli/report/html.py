@@ -1,6 +1,6 @@
 """Render the score-history report: one self-contained HTML file that opens offline.
 
-Pure rendering from `ReportData`; the queries that fill it live in flows/report/summary.py. Every
+Pure rendering from `ReportData`; the queries that fill it live in flows/cli/report/summary.py. Every
 string that came from a model or a log is escaped here: model output is hostile, and a
 report is opened in a browser.
 

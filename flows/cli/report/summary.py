@@ -1,13 +1,13 @@
 """`gradebook report`: read the warehouse views and write one self-contained HTML report.
 
-The queries are here; the rendering is flows/report/html.py. Only documented views are read
+The queries are here; the rendering is flows/cli/report/html.py. Only documented views are read
 (runs, score_history, fingerprint_order, fingerprint_changes, latest_gates, run_metrics,
 grade_flips, current_scores), so the report shows exactly what a user gets from SQL. "Newest"
 fingerprint is `fingerprint_order.newest`: the current code's, as the gate uses.
 
 Inspect stamps a run's `created` to the second, so runs of one sweep tie: wherever the report
 orders runs by age, the one ingested later (`runs.first_ingested_at`) counts as newer, as the
-gate does (warehouse/gates.py).
+gate does (gates/records.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from flows.report.html import (
+from flows.cli.report.html import (
     FLIPS_SHOWN,
     CoverageRow,
     FingerprintChange,

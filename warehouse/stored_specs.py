@@ -7,7 +7,7 @@ good). `wh.verifiers.module` records `Verifier.module` with each fingerprint, an
 registry name or file and its params, its judge roles (model, base URL, config and the names of
 the environment variables holding keys, never a key), a user module's file. Each row is sealed
 (warehouse.spec_seal), so a command can tell the specs this user's own commands stored from
-those of a warehouse that came from elsewhere; flows.stored_verifiers decides what to rebuild.
+those of a warehouse that came from elsewhere; verifiers.stored decides what to rebuild.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def bindings(values: Iterable[str] | None) -> dict[str, dict[str, Any]]:
     """
     from pydantic import ValidationError
 
-    from flows.config import RoleModel
+    from sweeps.config import RoleModel
 
     out: dict[str, dict[str, Any]] = {}
     for value in values or []:
@@ -87,7 +87,7 @@ def judge_specs(entries: Iterable[Any], roles: Mapping[str, Any]) -> list[str]:
 
 def log_entries(paths: Iterable[Path]) -> list[Any]:
     """Every verifier entry the logs name (gradebook's metadata, else their own scorers)."""
-    from flows.verifier_specs import entries_for_log
+    from verifiers.specs import entries_for_log
     from warehouse.logs import read_header
 
     out: list[Any] = []

@@ -101,9 +101,9 @@ class RescorePlan:
 
 def import_verifier_modules(modules: list[str], warehouse: str | Path | None = None) -> None:
     """Load the verifiers the user named (modules, scorer files), and with `warehouse` every
-    other verifier it stores a spec of that may be rebuilt here (flows.stored_verifiers)."""
-    from flows.stored_verifiers import rebuild
-    from flows.verifier_modules import load_modules
+    other verifier it stores a spec of that may be rebuilt here (verifiers.stored)."""
+    from verifiers.modules import load_modules
+    from verifiers.stored import rebuild
 
     load_modules(modules)
     if warehouse is not None:

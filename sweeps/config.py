@@ -564,7 +564,7 @@ def _resolve_verifiers(
     the user wrote it but with a scorer file's path made absolute and a judge scorer's grader
     bound (`[model_roles.grader]`)."""
     if not task.verifiers:
-        return task  # the task's own scorers, read when the task is loaded (flows.verifier_specs)
+        return task  # the task's own scorers, read when the task is loaded (verifiers.specs)
     from scorers.inspect_scorers.specs import SpecError, resolve, spec_of, with_roles
 
     bindings = role_bindings(roles)
@@ -655,7 +655,7 @@ def _import_verifier_modules(modules: list[str], source: Path) -> None:
                 "put its directory on PYTHONPATH"
             ) from None
         except Exception as exc:  # the module's own code failed: a bad config, not a crash
-            from flows.verifier_modules import import_error
+            from verifiers.modules import import_error
 
             raise ConfigError(
                 f"{source}: verifier_modules: importing {mod!r} raised {import_error(exc)}; "

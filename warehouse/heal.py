@@ -5,7 +5,7 @@ answer, the sandbox was down, the verifier timed out or its worker died:
 `warehouse.schema.RETRYABLE_REASONS`). Every command that leaves such samples (`sweep`,
 `score`, `rescore`, `gate`) ends by saying how many, why, and the command that grades exactly
 those again once the cause is fixed: `gradebook rescore --retry-unscored --scorer NAME`, which
-rebuilds each verifier from the spec the warehouse stores (flows.stored_verifiers) and grades
+rebuilds each verifier from the spec the warehouse stores (verifiers.stored) and grades
 from the saved transcripts, with no call to the model under test; then the gate to run again.
 Both lines run as printed (warehouse.commands).
 """

@@ -134,7 +134,7 @@ def recorded_modules(db: str | Path) -> dict[str, str | None]:
     import duckdb
 
     from warehouse import SchemaTooNew, Warehouse, WarehouseLocked
-    from warehouse.verifier_modules import recorded_verifiers
+    from warehouse.stored_specs import recorded_verifiers
 
     if not Path(db).exists():
         return {}

@@ -1,5 +1,5 @@
 """What a scoring stage can start before it knows its plan: the warm process its Inspect-scorer
-grading workers fork from (flows.grading_pool `fork_from`), booted as soon as the verifiers are
+grading workers fork from (scorers.workers.pool `fork_from`), booted as soon as the verifiers are
 known, so that it imports Inspect while the command imports Prefect, starts its flow run and
 ingests. Light on purpose: nothing here imports Prefect or Inspect.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from flows.grading_pool import DEFAULT_CHUNK, PreloadEntry, prewarm
 from scorers.registry import Verifier, get_verifier
+from scorers.workers.pool import DEFAULT_CHUNK, PreloadEntry, prewarm
 
 __all__ = [
     "EARLY_START_CHUNKS",
@@ -66,7 +66,7 @@ def expected_samples(logs: Sequence[str]) -> int:
 
 def verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
     """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
-    from flows.verifier_specs import log_verifier_names, names_for_entries
+    from verifiers.specs import log_verifier_names, names_for_entries
 
     names: set[str] = set()
     if verifiers:
@@ -100,7 +100,7 @@ def warm_preload(verifiers: Sequence[Verifier]) -> list[PreloadEntry]:
     preload += [m for v in verifiers for m in v.code]
     roles = {json.dumps(v.spec.get("roles"), sort_keys=True) for v in verifiers
              if v.spec and v.spec.get("roles")}  # fmt: skip
-    preload += [("flows.warm_start", "warm_judges", (r,)) for r in sorted(roles)]
+    preload += [("scorers.workers.prewarm", "warm_judges", (r,)) for r in sorted(roles)]
     return preload
 
 
@@ -109,7 +109,7 @@ def early_preload(entries: Iterable[str] | None) -> list[PreloadEntry]:
     (resolving one imports Inspect, seconds the warm process could spend booting): the judges
     of the Inspect scorer specs given as JSON, and Inspect itself for those and for scorer
     files. Empty when no entry is an Inspect scorer. The stage's pool adopts the process when
-    its own preload (`warm_preload`) asks for the same judges (flows.grading_pool `covers`)."""
+    its own preload (`warm_preload`) asks for the same judges (scorers.workers.pool `covers`)."""
     from scorers.inspect_scorers.specs import is_file_spec
 
     inspect_scorer = False
@@ -132,7 +132,7 @@ def early_preload(entries: Iterable[str] | None) -> list[PreloadEntry]:
         return []
     preload: list[PreloadEntry] = ["inspect_ai.scorer"]
     preload += ["scorers.inspect_scorers.judges"] if roles else []
-    preload += [("flows.warm_start", "warm_judges", (r,)) for r in sorted(roles)]
+    preload += [("scorers.workers.prewarm", "warm_judges", (r,)) for r in sorted(roles)]
     return preload
 
 

@@ -10,7 +10,7 @@ looks the class's module up in `sys.modules` to read its string annotations
 the way importlib documents, registered before it runs, with the file's directory as the
 working directory and on `sys.path` while it loads (what Inspect does too, so sibling imports
 and relative data paths in the file's code behave the same). Relative paths in a config's task
-args are not left to this: `flows.config` resolves them next to the config.
+args are not left to this: `sweeps.config` resolves them next to the config.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from flows.config import ConfigError, SweepConfig
 from flows.runtime.console import one_line
+from sweeps.config import ConfigError, SweepConfig
 
 if TYPE_CHECKING:
     from inspect_ai import Task

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gates.records import gate_run, newest_runs
 from gates.rules import EXIT_CANNOT_EVALUATE, EXIT_FAIL, EXIT_PASS, GateResult, GateRules
 from warehouse import Warehouse
-from warehouse.gates import gate_run, newest_runs
 
 __all__ = [
     "current_fingerprints",
@@ -70,7 +70,7 @@ def evaluate_gates(
     if fingerprints is None:
         # every loaded verifier; one that scored a run but is not loaded here is a problem
         # that names the flag, not a scorer silently left out of the decision
-        from flows.stored_verifiers import unloaded
+        from verifiers.stored import unloaded
 
         unloaded = unloaded(wh.path)
     fps = dict(fingerprints) if fingerprints is not None else current_fingerprints()
