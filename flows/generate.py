@@ -17,7 +17,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.runtime.console import err_console, one_line, shown, verbose
+from flows.runtime.console import err_console, shown, verbose
 from flows.runtime.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
 from flows.runtime.progress import generation_progress, quiet_hook_banner
 from flows.runtime.run_names import count, label_run, parameter, tag
@@ -26,6 +26,7 @@ from sweeps.config import ModelConfig, SweepConfig, TaskConfig, WorkspacesConfig
 from sweeps.model_servers import endpoint, server_problem
 from sweeps.tasks import check_tasks, load_task
 from verifiers.specs import check_verifiers, task_verifier_entries, task_verifier_names
+from warehouse.error_text import one_line
 
 __all__ = [
     "GenerationResult",

@@ -655,7 +655,7 @@ def _import_verifier_modules(modules: list[str], source: Path) -> None:
                 "put its directory on PYTHONPATH"
             ) from None
         except Exception as exc:  # the module's own code failed: a bad config, not a crash
-            from verifiers.modules import import_error
+            from warehouse.error_text import import_error
 
             raise ConfigError(
                 f"{source}: verifier_modules: importing {mod!r} raised {import_error(exc)}; "

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from flows.runtime.console import one_line
 from sweeps.config import ConfigError, SweepConfig
+from warehouse.error_text import one_line
 
 if TYPE_CHECKING:
     from inspect_ai import Task

@@ -20,13 +20,12 @@ from typing import Annotated
 
 import typer
 
-from flows.runtime.console import one_line
+from warehouse.error_text import import_error, one_line, where_raised
 
 __all__ = [
     "ENV",
     "ModulesOption",
     "VerifierLoadError",
-    "import_error",
     "load_modules",
     "recorded_modules",
 ]
@@ -94,36 +93,11 @@ def _located(exc: BaseException) -> str:
     FILE raised ...; fix the file") with the file:line that raised, read from the failure."""
     text = str(exc)
     cause = exc.__cause__ or exc.__context__
-    where = _where(cause) if cause is not None and text.startswith("importing ") else None
+    where = where_raised(cause) if cause is not None and text.startswith("importing ") else None
     if where is None:
         return text
     head, sep, tail = text.rpartition("; fix the file")
     return f"{head} at {where}{sep}{tail}" if sep else f"{text} (at {where})"
-
-
-def _where(exc: BaseException) -> str | None:
-    """ "file:line" of the line of a module's own code that raised (a syntax error's own line),
-    past the import machinery; None when unknown."""
-    import traceback
-
-    if isinstance(exc, SyntaxError) and exc.filename:
-        return f"{exc.filename}:{exc.lineno}"
-    frames = [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if "importlib" not in f.filename and not f.filename.startswith("<frozen")
-    ]
-    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
-
-
-def import_error(exc: BaseException, file: str | None = None) -> str:
-    """A module's failure on import as "Type: message at file:line" (`file`, when the line is
-    not known)."""
-    text = one_line(exc, 200)
-    where = _where(exc)
-    if where:
-        return f"{text} at {where}"
-    return f"{text} in {file}" if file else text
 
 
 def recorded_modules(db: str | Path) -> dict[str, str | None]:

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verifiers.modules import ENV, import_error, recorded_modules
+from verifiers.modules import ENV, recorded_modules
+from warehouse.error_text import import_error
 
 __all__ = [
     "Rebuilt",
@@ -199,7 +200,7 @@ def _load(name: str, spec: Mapping[str, Any]) -> str | None:
 
 def _default_name(spec: Mapping[str, Any]) -> str:
     """The name an Inspect scorer spec without a `name` is stored under today."""
-    from warehouse.recorded_scores import stored_name, variant_name
+    from scorers.inspect_scorers.names import stored_name, variant_name
 
     scorer = str(spec.get("scorer") or "")
     return variant_name(stored_name(scorer.rsplit("/", 1)[-1], scorer), spec.get("params"))

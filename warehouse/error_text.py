@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_cancellation", "readable_error"]
+__all__ = ["import_error", "is_cancellation", "one_line", "readable_error", "where_raised"]
 
 _WRAPPER = re.compile(r"^RetryError\(<Future at 0x[0-9a-f]+ state=\w+ raised (\w+)>\)$")
 # the separators Python prints between the exceptions of a chain
@@ -78,3 +78,34 @@ def _exceptions(traceback: str) -> list[str]:
         if not out or out[-1] != text:
             out.append(text)
     return out
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one short line ("Type: message") for a table cell or an error message."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def where_raised(exc: BaseException) -> str | None:
+    """ "file:line" of the line of a module's own code that raised (a syntax error's own line),
+    past the import machinery; None when unknown."""
+    import traceback
+
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "importlib" not in f.filename and not f.filename.startswith("<frozen")
+    ]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+
+
+def import_error(exc: BaseException, file: str | None = None) -> str:
+    """A module's failure on import as "Type: message at file:line" (`file`, when the line is
+    not known)."""
+    text = one_line(exc, 200)
+    where = where_raised(exc)
+    if where:
+        return f"{text} at {where}"
+    return f"{text} in {file}" if file else text

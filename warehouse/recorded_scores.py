@@ -18,15 +18,14 @@ scored before); `gradebook score LOG` scores them with the task's own scorers.
 from __future__ import annotations
 
 import hashlib
-import json
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 
+from scorers.inspect_scorers.names import RESERVED_NAMES, stored_name, variant_name
 from warehouse.sample_rows import canonical_json, repaired, timestamp
 from warehouse.schema import RECORDED_PREFIX, SCORE_SCHEMA
 from warehouse.score_values import metadata_json, score_fields
@@ -41,41 +40,6 @@ __all__ = [
     "stored_name",
     "variant_name",
 ]
-
-# gradebook's bundled verifiers: an Inspect scorer of the same name (Inspect's own `math()`) is
-# stored under its qualified registry name, so the two never read as versions of one verifier
-RESERVED_NAMES = ("math", "unit_tests")
-
-
-def stored_name(name: str, qualified: str | None = None) -> str:
-    """The `scores.scorer` of an Inspect scorer's rows: its unqualified name (Inspect's own
-    key in `sample.scores`), or the qualified one where that is a gradebook verifier's."""
-    if name in RESERVED_NAMES:
-        return qualified if qualified and qualified != name else f"inspect_ai/{name}"
-    return name
-
-
-_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,24}")
-
-
-def variant_name(name: str, params: Mapping[str, Any] | None) -> str:
-    """The name a scorer's rows are stored under when it has params: `match[numeric=true]`,
-    `model_graded_qa[instructions=3f9a2c]` (a long or structured value by 6 hex digits of its
-    JSON), so two variants of one scorer never share a name, and each variant's name is the
-    same in every command; `name` itself without params."""
-    if not params:
-        return name
-    parts = []
-    for key in sorted(params):
-        value = params[key]
-        if isinstance(value, str) and _PLAIN_VALUE.fullmatch(value):
-            text = value
-        elif value is None or isinstance(value, bool | int | float):
-            text = json.dumps(value)
-        else:
-            text = hashlib.sha256(canonical_json(value).encode()).hexdigest()[:6]
-        parts.append(f"{key}={text}")
-    return f"{name}[{','.join(parts)}]"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from rich.progress import (
 __all__ = [
     "console",
     "err_console",
-    "one_line",
     "progress_bar",
     "quiet_prefect",
     "set_verbose",
@@ -94,12 +93,6 @@ def set_verbose(on: bool) -> None:
 
 def verbose() -> bool:
     return _VERBOSE
-
-
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception as one short line ("Type: message") for a table cell or an error message."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def quiet_prefect(verbose: bool = False) -> None:

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
+from scorers.workers.stop import request_stop, stop_fd, stop_signal
+
 T = TypeVar("T")
 
 __all__ = [
@@ -45,14 +47,7 @@ __all__ = [
 ]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_first: list[int] = []  # the signal that asked this process to stop, once one did
-_wake: list[int] = []  # a pipe (read end, write end), written once a stop is noted
 _soft: list[bool] = []  # one entry per `stop_softly()` block the main thread is in
-
-
-def stop_signal() -> int | None:
-    """The signal that asked this process to stop (None: none did)."""
-    return _first[0] if _first else None
 
 
 def exit_code(signum: int) -> int:
@@ -68,19 +63,13 @@ def note_stop(signum: int, *, say: bool = True) -> None:
     """Remember that `signum` asked this process to stop, and say so (one line; `say=False`:
     the caller says what the stop does, `say_stopping`); a second request exits the process
     at once."""
-    if _first:
+    if not request_stop(signum):
         # the second: exit now, from here (no unwinding, no atexit work that could wait)
         try:
             sys.stderr.write(f"gradebook: {signal_name(signum)} again: exiting now\n")
             sys.stderr.flush()
         finally:
             os._exit(exit_code(signum))
-    _first.append(signum)
-    if _wake:
-        try:
-            os.write(_wake[1], b"!")
-        except OSError:  # full (it is never read) or closed: readable all the same
-            pass
     if say:
         sys.stderr.write(f"gradebook: {signal_name(signum)}: stopping (again to exit at once)\n")
         sys.stderr.flush()
@@ -98,19 +87,6 @@ def say_stopping(doing: str) -> None:
         f"gradebook: {signal_name(signum)}: stopping: {doing} ({again} to exit at once)\n"
     )
     sys.stderr.flush()
-
-
-def stop_fd() -> int:
-    """A file descriptor that is readable once a stop has been noted (and stays so): a loop
-    waiting on other descriptors (the grading pool's workers) waits on it too, to see a stop
-    at once."""
-    if not _wake:
-        read_end, write_end = os.pipe()
-        os.set_blocking(write_end, False)  # a signal handler never blocks on it
-        _wake.extend((read_end, write_end))
-        if _first:
-            os.write(write_end, b"!")
-    return _wake[0]
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:

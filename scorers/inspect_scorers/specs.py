@@ -20,7 +20,7 @@ trusted=False)` refuses a file spec that this process has not already loaded for
 A spec becomes a registered `Verifier` (scorers.registry) named like Inspect names the scorer's
 scores in a log (its unqualified registry name: `match`, `aime_scorer`; `inspect_ai/math` for a
 scorer named like one of gradebook's own verifiers), followed by its params when it has any
-(`match[numeric=true]`: warehouse.recorded_scores.variant_name), or the spec's `name`: one name
+(`match[numeric=true]`: scorers.inspect_scorers.names.variant_name), or the spec's `name`: one name
 per variant, the same in every command. The verifier's
 fingerprint covers the scorer's code (a file's AST and the project modules it imports, or an
 installed module's AST and its distribution's version), gradebook's TaskState rebuild and
@@ -41,6 +41,7 @@ from scorers.inspect_scorers.factories import (
     SpecError,
     resolve_factory,
 )
+from scorers.inspect_scorers.names import stored_name, variant_name
 from scorers.registry import Verifier, all_verifiers, register
 
 __all__ = [
@@ -290,8 +291,6 @@ def _check_roles(spec: ScorerSpec, factory: Any, registry_name: str, *, trusted:
 def _stored_name(registry_name: str, params: Mapping[str, Any]) -> str:
     """Its unqualified registry name, with its params when it has any (`match[numeric=true]`):
     the same name in every command for the same spec, and never one name for two variants."""
-    from warehouse.recorded_scores import stored_name, variant_name
-
     return variant_name(stored_name(registry_name.rsplit("/", 1)[-1], registry_name), params)
 
 

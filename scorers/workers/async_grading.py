@@ -29,6 +29,11 @@ scorers' fingerprint (the restore module), not here.
 
 Nothing here decides a verdict: that is grading.py's, in every Inspect scorer's fingerprint.
 Changing this module grades nothing again.
+
+The restore module is imported by the name the sandbox scorers' spec gives it
+(`sandboxed.RESTORE_MODULE`, which their `Verifier.code` lists), not by an import statement: the
+workspaces package sits above the engine (it runs its containers on `scorers.sandbox`), and a
+worker of a sandbox scorer has imported it already with the scorer's code.
 """
 
 from __future__ import annotations
@@ -139,7 +144,8 @@ class _Grading:
     async def chunk(self, grade: Any, rows: Sequence[Any], timeout_s: float) -> list[ResultRow]:
         """One result per row, in order; never raises."""
         from scorers.inspect_scorers.grading import CannotGrade, grade_row
-        from workspaces.restore import Sandboxes
+
+        Sandboxes = _restorer()  # noqa: N806 - a class
 
         try:
             bound, limit, boxed = self._bind(grade)
@@ -248,3 +254,12 @@ async def serve(
         await drain()
     finally:
         await grading.aclose()
+
+
+def _restorer() -> Any:
+    """`Sandboxes` of the restore module the sandbox scorers name (scorers.inspect_scorers.sandboxed)."""
+    import importlib
+
+    from scorers.inspect_scorers.sandboxed import RESTORE_MODULE
+
+    return importlib.import_module(RESTORE_MODULE).Sandboxes

@@ -51,10 +51,10 @@ from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
 from typing import Any
 
-from flows.runtime.interrupts import stop_fd, stop_signal
 from scorers.grade import Grade, SampleView, unscored
 from scorers.identity import loaded_code
 from scorers.workers.async_grading import ASYNC_DEPTH, Job, grade_now, is_async, serve
+from scorers.workers.stop import stop_fd, stop_signal
 from scorers.workers.zygote import (
     ForkedProcess,
     Zygote,
@@ -653,7 +653,7 @@ class GradingPool:
         A chunk whose worker died, or that the worker could not run (the verifier does not
         unpickle there), gets `failed_rows`; the pool replaces a dead worker and goes on.
 
-        A stop (`flows.runtime.interrupts`: Ctrl-C, SIGTERM) hands out no more chunks, waits up
+        A stop (`scorers.workers.stop`, noted by the command's Ctrl-C or SIGTERM handler) hands out no more chunks, waits up
         to STOP_GRACE_S for the chunks in flight (each goes to `done` as it comes), stops the
         workers and raises KeyboardInterrupt: the chunks not handed to `done` were not graded
         (a chunk whose worker died after the stop, killed with it, is one of them).
