@@ -4,8 +4,12 @@ same hostile archives is tests/test_workspace_restore.py)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
+import os
+import posixpath
+import random
 import tarfile
 import tracemalloc
 
@@ -96,6 +100,159 @@ def test_nothing_is_kept_below_a_symbolic_link() -> None:
     result = canonical(data, ["/work"])
     assert "work/l/x" not in members(result.data)
     assert ("work/l/x", "below a symbolic link") in [(s.path, s.why) for s in result.skipped]
+
+
+# Links whose target, read as text, stays inside the workspace, but which the kernel follows
+# out of it, through the archive's own links (a link is resolved first, then the `..` after it).
+OUT = "symbolic link pointing outside"
+LOOP = "symbolic link loop (more than 40 links to follow)"
+ABC = ("work/repo/a/b/c", D, b"")
+U = ("work/repo/a/b/c/U", S, "../../..")  # the workspace root itself: kept
+
+ESCAPES = {
+    "through a link to the root": (
+        [ABC, U, ("work/repo/K", S, "a/b/c/U/../..")],
+        [("work/repo/K", OUT)],
+    ),
+    "through a chain of links": (
+        [
+            ("work/repo/d/e/f", D, b""),
+            ("work/repo/d/e/f/up", S, "../.."),  # work/repo/d
+            ("work/repo/d/up2", S, "e/f/up/.."),  # work/repo
+            ("work/repo/K", S, "d/up2/.."),  # work
+        ],
+        [("work/repo/K", OUT)],
+    ),
+    "a link to a link that escapes": (
+        [ABC, U, ("work/repo/X", S, "a/b/c/U/.."), ("work/repo/Y", S, "X")],
+        [("work/repo/X", OUT), ("work/repo/Y", OUT)],
+    ),
+    "'..' after a link to '.'": (
+        [("work/repo/here", S, "."), ("work/repo/N", S, "here/..")],
+        [("work/repo/N", OUT)],
+    ),
+    "out of the root and back in": (
+        [("work/repo/src/a.py", F, b"A"), ("work/repo/src/x", S, "../../repo/src/a.py")],
+        [("work/repo/src/x", OUT)],
+    ),
+    "a loop": (
+        [("work/repo/l1", S, "l2"), ("work/repo/l2", S, "l1")],
+        [("work/repo/l1", LOOP), ("work/repo/l2", LOOP)],
+    ),
+    "a link to itself": ([("work/repo/me", S, "me/..")], [("work/repo/me", LOOP)]),
+    "41 links to follow": (
+        [("work/repo/end", D, b"")]
+        + [(f"work/repo/l{i:02}", S, f"l{i + 1:02}" if i < 40 else "end") for i in range(41)],
+        [("work/repo/l00", LOOP)],  # Linux follows 40 at most: l01 (40 links) still opens
+    ),
+}
+
+
+@pytest.mark.parametrize(("tree", "refused"), ESCAPES.values(), ids=ESCAPES.keys())
+def test_a_link_the_kernel_follows_out_of_the_workspace_is_left_out_and_named(
+    tree: list[tuple], refused: list[tuple[str, str]]
+) -> None:
+    result = canonical(tar_of(*tree), ["/work/repo"])
+    assert [(s.path, s.why) for s in result.skipped] == refused
+    # every other member is kept, the links it went through included
+    assert sorted(members(result.data)) == sorted({m[0] for m in tree} - {p for p, _ in refused})
+
+
+def test_only_the_links_that_really_stay_inside_are_kept() -> None:
+    data = tar_of(
+        ABC,
+        U,  # to the root itself
+        ("work/repo/K", S, "a/b/c/U/../.."),  # the root's parent
+        ("work/repo/src/deep/x.py", F, b"X = 1\n"),
+        ("work/repo/lib/y.py", F, b"Y = 2\n"),
+        ("work/repo/src/deep/y.py", S, "../../lib/y.py"),  # up and back down, inside
+        ("work/repo/alias.py", S, "src/deep/y.py"),  # a link to a link, inside
+        ("work/repo/via", S, "a/b/c/U/lib/y.py"),  # through the link to the root, inside
+        ("work/repo/gone", S, "missing/file.py"),  # dangling, inside
+        ("work/repo/later", S, "not_yet/../lib/y.py"),  # through a directory not there
+        ("work/repo/abs", S, "/work/repo/lib/y.py"),  # absolute, though it names a path inside
+    )
+    result = canonical(data, ["/work/repo"])
+    kept = members(result.data)
+    links = {p: m.linkname for p, m in kept.items() if m.issym()}
+    assert links == {
+        "work/repo/a/b/c/U": "../../..",
+        "work/repo/src/deep/y.py": "../../lib/y.py",
+        "work/repo/alias.py": "src/deep/y.py",
+        "work/repo/via": "a/b/c/U/lib/y.py",
+        "work/repo/gone": "missing/file.py",
+        "work/repo/later": "not_yet/../lib/y.py",
+    }
+    assert sorted((s.path, s.why) for s in result.skipped) == [
+        ("work/repo/K", OUT),
+        ("work/repo/abs", OUT),
+    ]
+
+
+def test_every_link_kept_is_followed_by_the_kernel_to_a_path_inside(tmp_path) -> None:
+    # random trees of links (fixed seed) restored into a directory: the kernel itself follows
+    # each link that was kept, and none leads out
+    rng = random.Random(38)
+    dirs = ["", "a", "a/b", "a/b/c", "d", "d/e"]
+    words = ["..", "..", ".", "a", "b", "c", "d", "e", "f", "zz", *[f"l{i}" for i in range(6)]]
+    refused_as_text_inside = kept_links = 0
+    for trial in range(300):
+        top = tmp_path / str(trial)
+        tree = [(f"work/repo/{d}".rstrip("/"), D, b"") for d in dirs] + [("work/repo/a/f", F, b"")]
+        links = {}
+        for _ in range(8):
+            where = rng.choice(dirs)
+            path = f"work/repo/{where}/l{rng.randrange(6)}".replace("//", "/")
+            links[path] = "/".join(rng.choice(words) for _ in range(rng.randint(1, 5)))
+        tree += [(p, S, t) for p, t in links.items()]
+        kept = members(canonical(tar_of(*tree), ["/work/repo"]).data)
+        for name, member in sorted(kept.items()):  # the restored tree: only what was kept
+            (top / name).parent.mkdir(parents=True, exist_ok=True)
+            if member.isdir():
+                (top / name).mkdir(exist_ok=True)
+            elif member.issym():
+                (top / name).symlink_to(member.linkname)
+            else:
+                (top / name).touch()
+        root = str(top / "work/repo")
+        for path, target in links.items():
+            if path not in kept:
+                normal = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+                refused_as_text_inside += normal == "work/repo" or normal.startswith("work/repo/")
+                continue
+            kept_links += 1
+            real = kernel_path(str(top / path))
+            assert real == root or real.startswith(root + "/"), (path, target, links, real)
+    # the trees were hostile enough, and not so hostile that nothing was kept
+    assert refused_as_text_inside > 100 and kept_links > 1000
+
+
+def kernel_path(path: str) -> str:
+    """Where the kernel resolves `path`: its own answer when the path exists, else (a dangling
+    link) Python's component-by-component emulation."""
+    try:
+        fd = os.open(path, os.O_PATH)
+    except FileNotFoundError:
+        return os.path.realpath(path)
+    except OSError as exc:
+        assert exc.errno != errno.ELOOP, f"{path}: {exc}"
+        return os.path.realpath(path)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
+def test_a_member_that_came_before_a_link_of_its_parent_is_left_out_and_named() -> None:
+    # in the workspace `m/x` would be made through the link `m` (to the root): `x`, `..` from
+    # there, is the root's parent
+    data = tar_of(("work/repo/m/x", S, ".."), ("work/repo/m/f", F, b"f"), ("work/repo/m", S, "."))
+    result = canonical(data, ["/work/repo"])
+    assert sorted(members(result.data)) == ["work/repo/m"]
+    assert sorted((s.path, s.why) for s in result.skipped) == [
+        ("work/repo/m/f", "below a symbolic link"),
+        ("work/repo/m/x", "below a symbolic link"),
+    ]
 
 
 def test_setuid_setgid_and_sticky_bits_are_dropped() -> None:

@@ -102,6 +102,72 @@ def test_the_extractor_in_the_container_refuses_the_same_archive_on_its_own(
     assert listing(found) == CLEAN
 
 
+# links whose targets read as text stay inside /work/repo, but that the kernel follows out
+CHAIN = [
+    ("work/repo/a/b/c", D, b""),
+    ("work/repo/a/b/c/U", S, "../../.."),  # /work/repo itself: kept
+    ("work/repo/K", S, "a/b/c/U/../.."),  # U, then up twice: /
+    ("work/repo/lib/y.py", F, b"Y = 2\n"),
+    ("work/repo/via", S, "a/b/c/U/lib/y.py"),  # through U, inside: kept
+    ("work/repo/gone", S, "missing/file.py"),  # dangling, inside: kept
+    ("work/repo/here", S, "."),
+    ("work/repo/N", S, "here/../.."),  # here, then up: /work
+    ("work/repo/l1", S, "l2"),
+    ("work/repo/l2", S, "l1"),  # a loop
+    ("work/repo/m/x", S, ".."),  # made through `m` when `m` came first: the root's parent
+    ("work/repo/m", S, "."),
+]
+# every link left in /work/repo, and where the kernel in the container resolves it
+LINKS = ["find", "/work/repo", "-type", "l", "-printf", "%p ", "-exec", "readlink", "-m", "{}", ";"]
+KEPT_LINKS = [
+    "/work/repo/a/b/c/U /work/repo",
+    "/work/repo/gone /work/repo/missing/file.py",
+    "/work/repo/here /work/repo",
+    "/work/repo/m /work/repo",
+    "/work/repo/via /work/repo/lib/y.py",
+]
+
+
+def test_a_link_the_kernel_follows_out_of_the_workspace_is_not_restored_and_is_named(
+    docker_sandbox, tmp_path
+):
+    boxes = Sandboxes(state_of(tmp_path / "store", tar_of(*CHAIN), paths=("/work/repo",)))
+    found, chain, via = asyncio.run(
+        run_in(boxes, LINKS, ["readlink", "-f", "/work/repo/K"], ["cat", "/work/repo/via"])
+    )
+    assert listing(found) == KEPT_LINKS
+    assert chain.stdout == "/work/repo/K\n"  # not there: `/` when it was made
+    assert via.stdout == "Y = 2\n"
+    assert sorted(boxes.evidence.restored["default"]["skipped"]) == [
+        "work/repo/K (symbolic link pointing outside)",
+        "work/repo/N (symbolic link pointing outside)",
+        "work/repo/l1 (symbolic link loop (more than 40 links to follow))",
+        "work/repo/l2 (symbolic link loop (more than 40 links to follow))",
+        "work/repo/m/x (below a symbolic link)",
+    ]
+
+
+def test_the_extractor_in_the_container_follows_links_through_the_archive_on_its_own(
+    docker_sandbox, tmp_path
+):
+    boxes = Sandboxes(None)  # a fresh container, the raw archive: no host check before
+    setup = ["sh", "-c", "mkdir -p /work/repo"]
+    extract = ["python3", "-I", "-S", "-c", EXTRACT, "/work/repo"]
+
+    async def go():
+        try:
+            with boxes.provided():
+                await sandbox().exec(setup)
+                done = await sandbox().exec(extract, input=tar_of(*CHAIN), cwd="/")
+                return done, await sandbox().exec(LINKS)
+        finally:
+            await boxes.aclose()
+
+    done, found = asyncio.run(go())
+    assert done.success, done.stderr
+    assert listing(found) == KEPT_LINKS
+
+
 def test_no_sample_can_read_another_samples_workspace(docker_sandbox, tmp_path):
     store = tmp_path / "store"
     a = Sandboxes(state_of(store, tar_of(("work/ws/marker", F, b"MARKER-A-7f3e"))))

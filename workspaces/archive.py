@@ -6,9 +6,10 @@ may have been replaced). Both go through `canonical`, which never writes a file:
 tar stream member by member, within a byte and a member budget, and writes a new tar of only
 
 - directories and regular files (a hard link becomes a copy of the file it names),
-- symbolic links whose target is relative and stays inside the same workspace root,
+- symbolic links that stay inside the same workspace root, read as text and followed as the
+  kernel would through the archive's own links (workspaces.symlinks),
 - members whose path is relative, has no `..`, lies under one of the workspace roots, and is
-  not below a symbolic link,
+  not below a symbolic link (kept or not),
 
 with permissions reduced to 0755 / 0644 (no set-uid, set-gid or sticky bit), owner 0, one fixed
 modification time, sorted by path. Everything else (device files, FIFOs, absolute paths, `..`,
@@ -18,7 +19,8 @@ the store (workspaces.store). Reading is bounded: a stream longer than the cap, 
 claims more, or more members than allowed stops with `ArchiveTooLarge` before it is read.
 
 `EXTRACT` is the program that unpacks a canonical archive inside a restore container, as the
-sandbox uid, into the workspace roots only (checked again there, symbolic links made last).
+sandbox uid, into the workspace roots only (checked again there, with the same link rule:
+symbolic links made last, once every link of the archive is known).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ import posixpath
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
+
+from workspaces import symlinks
+from workspaces.symlinks import root_of
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -47,7 +53,7 @@ __all__ = [
 # work dir of a sandbox container: a bigger workspace could not be restored into one.
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_MEMBERS = 20_000  # files, directories and links in one archive
-MAX_PATH = 4096  # characters in a member's path or link target
+MAX_PATH = 4096  # characters in a member's path (a link's target: symlinks.MAX_TARGET)
 # what a tar writer adds beyond the members themselves (end blocks, record padding)
 _SLACK = 1024 * 1024
 FIXED_MTIME = 946_684_800  # 2000-01-01: every member the same time (the digest must not vary)
@@ -162,22 +168,6 @@ def _member_path(name: str) -> tuple[str | None, str]:
     return "/".join(parts), ""
 
 
-def _root_of(path: str, roots: Sequence[str]) -> str | None:
-    for root in roots:
-        if path == root or path.startswith(root + "/"):
-            return root
-    return None
-
-
-def _link_inside(path: str, target: str, root: str) -> bool:
-    """Whether a symbolic link at `path` pointing at `target` stays under `root` (all relative
-    to /): only relative targets, resolved lexically from the link's own directory."""
-    if not target or target.startswith("/") or "\x00" in target or len(target) > MAX_PATH:
-        return False
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-    return resolved == root or resolved.startswith(root + "/")
-
-
 def canonical(
     stream: bytes | BinaryIO,
     roots: Sequence[str],
@@ -212,7 +202,7 @@ def canonical(
                 if count > max_members:
                     raise ArchiveTooLarge(f"the archive has more than {max_members} members")
                 path, why = _member_path(member.name)
-                root = _root_of(path, relative_roots) if path is not None else None
+                root = root_of(path, relative_roots) if path is not None else None
                 if path is None or root is None:
                     if path:  # "." and the like are not worth a line
                         skipped.append(Skipped(member.name, why or "outside the workspace"))
@@ -251,9 +241,8 @@ def canonical(
                     data = found[1]
                     info.type, info.size, info.mode = tarfile.REGTYPE, len(data), found[0].mode
                 elif member.issym():
-                    if not _link_inside(path, member.linkname, root):
-                        skipped.append(Skipped(path, "symbolic link pointing outside"))
-                        continue
+                    # checked once every link is known (symlinks.refused): where a link leads
+                    # depends on the others
                     info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, member.linkname
                     links.add(path)
                 else:
@@ -274,7 +263,13 @@ def canonical(
     except (tarfile.TarError, EOFError, OSError, UnicodeError, ValueError) as exc:
         raise ArchiveError(f"not a readable tar archive ({type(exc).__name__}: {exc})") from None
     # a member kept before a symbolic link of one of its parents came later
-    kept = {p: v for p, v in kept.items() if not any(p.startswith(link + "/") for link in links)}
+    for path in [p for p in kept if any(p.startswith(link + "/") for link in links)]:
+        del kept[path]
+        skipped.append(Skipped(path, "below a symbolic link"))
+    targets = {p: info.linkname for p, (info, _) in kept.items() if info.type == tarfile.SYMTYPE}
+    for path, why in symlinks.refused(targets, relative_roots).items():
+        del kept[path]
+        skipped.append(Skipped(path, why))
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(kept):
@@ -293,20 +288,21 @@ def canonical(
 
 # Unpacks a canonical archive from stdin into the workspace roots (argv[1:], absolute), as the
 # sandbox uid inside the restore container: every check again (the host's were the first line),
-# files opened without following links, symbolic links made last. Prints the number of files.
-EXTRACT = r"""
+# files opened without following links, symbolic links made last, and only those that
+# workspaces.symlinks (whose source runs first, in the same program) keeps. Prints the number
+# of files.
+_EXTRACT_BODY = r"""
 import os, sys, tarfile
 roots = [r.rstrip("/") for r in sys.argv[1:]]
-def inside(path):
-    return any(path == r or path.startswith(r + "/") for r in roots)
-links, files = [], 0
+links, files = {}, 0
 with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
     for m in tar:
-        parts = m.name.split("/")
-        path = "/" + m.name
-        if m.name.startswith("/") or ".." in parts or not inside(path):
+        parts = [p for p in m.name.split("/") if p not in ("", ".")]
+        path = "/" + "/".join(parts)  # as the kernel reads it: the links' walks look it up
+        root = root_of(path, roots)
+        if m.name.startswith("/") or ".." in parts or root is None:
             continue
-        if any(path.startswith(l + "/") for l, _ in links):
+        if any(path.startswith(l + "/") for l in links):
             continue
         if m.isdir():
             os.makedirs(path, mode=0o755, exist_ok=True)
@@ -322,12 +318,13 @@ with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
                     out.write(chunk)
             os.chmod(path, m.mode & 0o755)
             files += 1
-        elif m.issym() and not m.linkname.startswith("/"):
-            target = os.path.normpath(os.path.join(os.path.dirname(path), m.linkname))
-            if inside(target):
-                links.append((path, m.linkname))
-for path, target in links:
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    os.symlink(target, path)
+        elif m.issym():
+            links[path] = m.linkname
+bad = refused(links, roots)
+for path in sorted(links):
+    if path not in bad:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        os.symlink(links[path], path)
 print(files)
 """
+EXTRACT = Path(symlinks.__file__).read_text(encoding="utf-8") + _EXTRACT_BODY
