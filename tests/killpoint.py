@@ -103,15 +103,15 @@ def main() -> None:
     elif kind == "call":
         module, name, n = rest.split(":")
         _arm_call(module, name, int(n), report)
-    import flows.score
+    import flows.score_writes
     import warehouse.eval_archive
 
     # small batches, so that small logs give several write transactions to be killed in: every
     # graded chunk is written as it arrives (not paced to a second, and not gathered with the
     # chunks that came back during the write before it), 500 samples per ingest batch
-    flows.score.BATCH_INTERVAL_S = 0.0
-    flows.score.WRITE_PACE = 0.0
-    flows.score.BATCH_MAX_ROWS = 1
+    flows.score_writes.BATCH_INTERVAL_S = 0.0
+    flows.score_writes.WRITE_PACE = 0.0
+    flows.score_writes.BATCH_MAX_ROWS = 1
     warehouse.eval_archive.DIRECT_BATCH = 500
     from flows.cli import main as cli
 

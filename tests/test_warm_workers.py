@@ -87,7 +87,7 @@ _STAGE = textwrap.dedent(
     import json, sys, time
     sys.path.insert(0, {root!r})
     from scorers.workers.pool import GradingPool
-    from flows.score import _start_for
+    from scorers.workers.stage import start_for as _start_for
     from scorers.identity.fingerprint import fingerprint
     from scorers.inspect_scorers.factories import ScorerSpec
     from scorers.inspect_scorers.specs import resolve
@@ -156,8 +156,10 @@ _SMALL_STAGE = textwrap.dedent(
     import json, sys, time
     sys.path.insert(0, {root!r})
     from scorers.workers.pool import GradingPool
-    from flows.score import ScoreOptions, _start_for, grade_batch
-    from scorers.workers.prewarm import starts_early, warm_preload
+    from flows.score import ScoreOptions, grade_batch
+    from scorers.workers.stage import start_for as _start_for
+    from flows.score_start import starts_early
+    from scorers.workers.prewarm import warm_preload
     from scorers.identity.fingerprint import fingerprint
     from scorers.inspect_scorers.factories import ScorerSpec
     from scorers.inspect_scorers.specs import resolve
@@ -187,8 +189,9 @@ def test_a_small_judge_log_is_graded_by_a_worker_forked_from_the_warm_process(
     """One chunk of a judge scorer is not graded in the stage's own process: that would run
     Inspect's start-up hooks and build the judge there, after Prefect's start and the ingest,
     while the warm process booted at the command's start has done both beside them."""
+    from flows.score_start import starts_early
     from scorers.registry import get_verifier
-    from scorers.workers.prewarm import starts_early, warm_preload
+    from scorers.workers.prewarm import warm_preload
 
     monkeypatch.setenv("JUDGE_API_KEY", "test")
     rows = _rows()
@@ -337,7 +340,7 @@ def test_the_early_boot_decision_reads_a_log_header_without_importing_inspect(
     imported (importing it first would delay the boot by seconds)."""
     log = shared_data / "logs" / "log_formats.eval"
     code = (
-        "import sys; from scorers.workers.prewarm import expected_samples; "
+        "import sys; from flows.score_start import expected_samples; "
         f"n = expected_samples([{str(log)!r}]); "
         "print(n, 'inspect_ai' in sys.modules)"
     )

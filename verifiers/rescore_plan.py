@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from warehouse.schema import RECORDED_PREFIX, RETRYABLE_REASONS
 
 if TYPE_CHECKING:
-    from flows.score import RunScore
+    from warehouse.score_batches import RunScore
 
 __all__ = [
     "MAX_FLIPS_SHOWN",

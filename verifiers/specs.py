@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeps.config import ConfigError, RoleModel, SweepConfig, TaskConfig, role_bindings
+
+if TYPE_CHECKING:
+    from scorers.registry import Verifier
 
 __all__ = [
     "check_verifiers",
@@ -26,6 +29,7 @@ __all__ = [
     "scorer_files",
     "task_verifier_entries",
     "task_verifier_names",
+    "verifiers_for",
 ]
 
 _TASK_SCORERS: dict[str, list[Any]] = {}  # (task spec, args) -> the ScorerSpecs of its scorers
@@ -187,3 +191,28 @@ def scorer_files(cfg: SweepConfig) -> list[str]:
                     else json.dumps(entry, sort_keys=True)
                 )
     return list(dict.fromkeys(out))
+
+
+def verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[Verifier]:
+    """The verifiers that will score `logs` (a warm-up hint: unknown names are skipped)."""
+    from scorers.registry import get_verifier
+
+    names: set[str] = set()
+    if verifiers:
+        try:
+            names = set(names_for_entries(list(verifiers), trusted=True))
+        except ValueError:
+            return []  # the plan says why, with its own message
+    else:
+        for path in logs:
+            try:
+                names.update(log_verifier_names(path))
+            except Exception:  # noqa: S112 - only a warm-up hint; ingest reports bad logs
+                continue
+    found = []
+    for name in sorted(names):
+        try:
+            found.append(get_verifier(name))
+        except KeyError:
+            continue
+    return found

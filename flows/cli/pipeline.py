@@ -431,7 +431,7 @@ def score(
     if files:
         # an Inspect scorer's warm process boots from the command line alone, while the
         # verifiers are resolved (that imports Inspect too) and the warehouse is checked
-        from scorers.workers.prewarm import prewarm_for
+        from flows.score_start import prewarm_for
 
         prewarm_for([str(p) for p in logs], verifier, early=verifier_module or [])
     # decided from the warehouse before Prefect or Inspect are loaded: a no-op costs ~ `sql`
@@ -444,7 +444,7 @@ def score(
             console.print(noop, soft_wrap=True)
             return
         # its Inspect scorers' warm process boots while Prefect loads and the stage ingests
-        from scorers.workers.prewarm import prewarm_for
+        from flows.score_start import prewarm_for
 
         prewarm_for([str(p) for p in logs], verifier)
 
