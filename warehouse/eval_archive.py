@@ -46,7 +46,7 @@ from warehouse.sample_rows import (
     json_safe,
     timestamp,
 )
-from warehouse.zip_members import central_entries, member_data
+from warehouse.zip_members import central_entries, header_member, member_data
 
 SampleKey = tuple[str, int]
 
@@ -58,7 +58,6 @@ DIRECT_BATCH_BYTES = 64 << 20
 _SAMPLES_DIR = "samples/"
 _EPOCH_SEP = "_epoch_"
 
-_HEADER_JSON = b"header.json"
 _REDUCTIONS_JSON = b"reductions.json"
 # Attachment references (and their older `tc://` spelling) are resolved by Inspect's reader.
 _ATTACHMENT_MARKERS = (b"attachment://", b"tc://")
@@ -83,18 +82,19 @@ def read_header(path: str, limits: InflateLimits | None = None) -> EvalLog | Non
     """
     if not path.endswith(".eval") or "://" in path:
         return None
-    budget = (limits or InflateLimits.from_env()).budget()
+    limits = limits or InflateLimits.from_env()
     try:
         from inspect_ai._util.constants import get_deserializing_context
 
+        header = header_member(path, limits)  # read once per process (zip_members)
+        if header is None:
+            return None
         with open(path, "rb") as f:
-            entries = central_entries(f, (_HEADER_JSON, _REDUCTIONS_JSON))
-            if entries is None or _HEADER_JSON not in entries:
-                return None
-            # stdlib json, as Inspect's reader: it accepts the NaN/Infinity pydantic may write
-            header = json.loads(member_data(f, entries[_HEADER_JSON], budget))
+            entries = central_entries(f, (_REDUCTIONS_JSON,)) or {}
             reductions = entries.get(_REDUCTIONS_JSON)
-            reduced = json.loads(member_data(f, reductions, budget)) if reductions else None
+            reduced = (
+                json.loads(member_data(f, reductions, limits.budget())) if reductions else None
+            )
         log = EvalLog.model_validate(header, context=get_deserializing_context())
         if reduced is not None and log.results is not None:
             log.reductions = [

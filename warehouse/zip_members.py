@@ -9,6 +9,7 @@ Inspect import: a command reads a log's header this way before it has loaded Ins
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zipfile
 import zlib
@@ -18,7 +19,7 @@ import zstandard
 
 from warehouse.inflate import ZIP_ZSTD, InflateLimits, InflateRefused, LogBudget, inflate
 
-__all__ = ["ZIP_ZSTD", "central_entries", "header_json", "member_data"]
+__all__ = ["ZIP_ZSTD", "central_entries", "header_json", "header_member", "member_data"]
 
 _CENTRAL_ENTRY = struct.Struct("<4s6H3L5H2L")  # zip central directory entry, 46 bytes
 _END_RECORD = struct.Struct("<4s4H2LH")  # zip end of central directory record, 22 bytes
@@ -118,17 +119,49 @@ def member_data(f: Any, info: zipfile.ZipInfo, budget: LogBudget) -> bytes | byt
     return inflate(f, info, budget)
 
 
-def header_json(path: str, limits: InflateLimits | None = None) -> dict[str, Any] | None:
-    """The `header.json` member of a local `.eval` log, parsed (None: no such member, over the
-    inflate limits, or not an archive this reader understands; Inspect's reader words any real
-    error, and warehouse.logs.read_header refuses a header over the limits)."""
-    budget = (limits or InflateLimits.from_env()).budget()
+# A command asks for a log's header at several steps (the early start, ingest, planning): it is
+# read from the file once per process while the file is unchanged (path, inode, mtime, size).
+_HEADERS: dict[tuple[Any, ...], Any] = {}
+_HEADERS_KEPT = 64
+
+
+def header_member(path: str, limits: InflateLimits | None = None) -> Any:
+    """The `header.json` member of a local `.eval` log, parsed (None: no such member, or not
+    an archive this reader understands), read from the file once per process while the file
+    is unchanged; the value is shared between callers, so treat it as read-only.
+
+    Raises:
+        InflateRefused: the member inflates past `limits` (default: InflateLimits.from_env()).
+        OSError, ValueError, ...: an unreadable file or member.
+    """
+    limits = limits or InflateLimits.from_env()
     try:
-        with open(path, "rb") as f:
-            entries = central_entries(f, (b"header.json",))
-            if not entries:
-                return None
-            value = json.loads(member_data(f, entries[b"header.json"], budget))
+        st = os.stat(path)
+        key: tuple[Any, ...] | None = (path, st.st_ino, st.st_mtime_ns, st.st_size, limits)
+    except OSError:
+        key = None
+    if key is not None and key in _HEADERS:
+        return _HEADERS[key]
+    with open(path, "rb") as f:
+        entries = central_entries(f, (b"header.json",))
+        if not entries:
+            return None
+        # stdlib json, as Inspect's reader: it accepts the NaN/Infinity pydantic may write
+        value = json.loads(member_data(f, entries[b"header.json"], limits.budget()))
+    if key is not None:
+        if len(_HEADERS) >= _HEADERS_KEPT:
+            del _HEADERS[next(iter(_HEADERS))]
+        _HEADERS[key] = value
+    return value
+
+
+def header_json(path: str, limits: InflateLimits | None = None) -> dict[str, Any] | None:
+    """The `header.json` member of a local `.eval` log, parsed (`header_member`); None: no
+    such member, over the inflate limits, or not an archive this reader understands (Inspect's
+    reader words any real error, and warehouse.logs.read_header refuses a header over the
+    limits)."""
+    try:
+        value = header_member(path, limits)
     except (
         OSError, ValueError, zipfile.BadZipFile, zstandard.ZstdError, zlib.error, struct.error,
         InflateRefused,
