@@ -30,31 +30,31 @@ Nothing here imports Prefect, Inspect or the warehouse: this module is the worke
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import json
-import math
-import os
 import pickle
-import queue
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from multiprocessing.connection import Connection, wait
-from multiprocessing.reduction import recv_handle, send_handle
+from multiprocessing.reduction import send_handle
 from pathlib import Path
 from typing import Any
 
-from scorers.grade import Grade, SampleView, unscored
+from scorers.grade import Grade, SampleView
 from scorers.identity import loaded_code
-from scorers.workers.async_grading import ASYNC_DEPTH, Job, grade_now, is_async, serve
+from scorers.workers.async_grading import ASYNC_DEPTH, is_async
 from scorers.workers.stop import stop_fd, stop_signal
+from scorers.workers.worker import (
+    ResultRow,
+    SampleRow,
+    _quietly,
+    failed_rows,
+    grade_chunk,
+)
 from scorers.workers.zygote import (
     ForkedProcess,
     Zygote,
@@ -65,6 +65,7 @@ from scorers.workers.zygote import (
 
 __all__ = [
     "DEFAULT_CHUNK",
+    "STOP_GRACE_S",
     "GradingPool",
     "PreloadEntry",
     "SampleRow",
@@ -73,12 +74,6 @@ __all__ = [
     "prewarm",
 ]
 
-# (completion, targets, metadata JSON, sample_id[, state JSON]): what a verifier may read of
-# one sample; the state (what an Inspect TaskState is rebuilt from) only for verifiers that
-# read it (`Verifier.reads_state`), else None or absent.
-SampleRow = tuple[str | None, list[str] | None, str | None, str | None, str | None]
-# (status, value, answer, explanation, reason, metadata JSON, seconds)
-ResultRow = tuple[str, float | None, str | None, str, str, str, float]
 
 _ROOT = str(Path(__file__).resolve().parents[2])
 DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise pickling
@@ -86,283 +81,6 @@ DEFAULT_CHUNK = 250  # samples per worker call: large enough to amortise picklin
 # flight: a fast verifier's come back and are written; a slow one's (a judge's) are dropped,
 # left ungraded for the next stage, so the stop does not wait on them.
 STOP_GRACE_S = 2.0
-
-
-class _SampleTimeout(Exception):
-    pass
-
-
-def short_traceback(exc: BaseException, limit: int = 1500) -> str:
-    """The last frames of `exc`'s traceback, at most `limit` characters."""
-    text = "".join(traceback.format_exception(exc, limit=-4)).strip()
-    return text if len(text) <= limit else "..." + text[-limit:]
-
-
-def grade_chunk(
-    grade: Callable[[SampleView], Grade],
-    rows: Sequence[SampleRow],
-    timeout_s: float,
-    may_defer: bool = False,
-) -> list[ResultRow]:
-    """Grade rows in this process (main thread: the per-sample limit uses SIGALRM).
-
-    Returns one result tuple per row, in order; the caller adds the key columns back. With
-    `may_defer`, a row the verifier defers (status "deferred") must be graded again later.
-
-    An async grade (an Inspect scorer: scorers.workers.async_grading) grades the chunk's samples
-    concurrently within one event loop.
-    """
-    if is_async(grade):
-        return grade_now(grade, rows, timeout_s)
-    out: list[ResultRow] = []
-    clock = time.perf_counter
-    with _ChunkLimit(timeout_s) as limit:
-        for row in rows:
-            t0 = clock()
-            completion, target, metadata, sample_id = row[0], row[1], row[2], row[3]
-            view = SampleView(
-                completion or "",
-                list(target) if target else [],
-                _loads(metadata),
-                sample_id,
-                may_defer,
-                None,
-                row[4] if len(row) > 4 else None,
-            )
-            g = limit.grade(grade, view)
-            status = g.status
-            if status == "deferred" and not may_defer:
-                g = unscored("verifier_error", "verifier deferred a sample it was told to grade")
-                status = g.status
-            value = g.value if status == "scored" else None
-            if value is not None and math.isnan(value):
-                value = None
-            out.append(
-                (status, value, g.answer, g.explanation, g.reason, _metadata_json(g.metadata),
-                 clock() - t0)
-            )  # fmt: skip
-    return out
-
-
-class _ChunkLimit:
-    """The per-sample limit for a whole chunk: one periodic SIGALRM for the chunk (two timer
-    syscalls per sample add up over hundreds of thousands), whose handler raises in the
-    verifier only while a sample is past its limit. A sample is stopped within a tick of it.
-    Off when `timeout_s` is 0 or off the main thread (SIGALRM reaches the main thread only:
-    there the verifier's own bounds are what hold, and the math verifier's are hard)."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.active = (
-            timeout_s > 0
-            and hasattr(signal, "setitimer")
-            and threading.current_thread() is threading.main_thread()
-        )
-        self.started: float | None = None  # the sample being graded's start, if any
-        self._old: Any = None
-
-    def __enter__(self) -> _ChunkLimit:
-        if self.active:
-            tick = max(0.01, min(1.0, self.timeout_s / 10))
-            self._old = signal.signal(signal.SIGALRM, self._on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, tick, tick)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.active:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
-
-    def _on_alarm(self, signum: int, frame: Any) -> None:
-        started = self.started
-        if started is not None and time.perf_counter() - started > self.timeout_s:
-            self.started = None
-            raise _SampleTimeout
-
-    def grade(self, grade: Callable[[SampleView], Grade], view: SampleView) -> Grade:
-        """`grade(view)`; never raises (a failure or overrun becomes an unscored Grade)."""
-        try:
-            self.started = time.perf_counter()
-            result = grade(view)
-            self.started = None
-            if not isinstance(result, Grade):
-                return unscored(
-                    "verifier_error", f"verifier returned {type(result).__name__}, not a Grade"
-                )
-            return result
-        except _SampleTimeout:
-            return unscored("timeout", f"verifier did not finish within {self.timeout_s:g}s")
-        except Exception as exc:
-            return unscored(
-                "verifier_error",
-                f"verifier raised {type(exc).__name__}: {str(exc)[:200]}",
-                traceback=short_traceback(exc),
-            )
-        finally:
-            self.started = None
-
-
-_JSON_MEMO: dict[tuple, str] = {}
-_JSON_MEMO_MAX = 256
-_PLAIN = frozenset((str, int, float, bool, type(None)))
-
-
-def _metadata_json(meta: dict[str, Any]) -> str:
-    """`meta` as JSON. A verifier's metadata is mostly one of a few small dicts of plain
-    values (math: {"path": "exact"}): each of those is encoded once per worker. The values'
-    types are part of the key: 1, 1.0 and True are equal but encode differently."""
-    if not meta:
-        return "{}"
-    values = tuple(meta.values())
-    types = tuple(map(type, values))
-    key = (tuple(meta), types, values)
-    try:
-        text = _JSON_MEMO.get(key)
-    except TypeError:  # an unhashable value (a list, a dict): not one of the common few
-        return json.dumps(meta, default=str)
-    if text is None:
-        text = json.dumps(meta, default=str)
-        if len(_JSON_MEMO) < _JSON_MEMO_MAX and len(text) <= 200 and _PLAIN.issuperset(types):
-            _JSON_MEMO[key] = text
-    return text
-
-
-def _loads(text: str | None) -> dict[str, Any]:
-    if not text or text == "{}":  # most samples: skip the parser
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def failed_rows(n: int, why: str, exc: BaseException | None = None) -> list[ResultRow]:
-    """`n` unscored results (reason "verifier_error") for a chunk that could not be graded."""
-    meta = json.dumps({"traceback": short_traceback(exc)}) if exc is not None else "{}"
-    return [("unscored", None, None, why[:300], "verifier_error", meta, 0.0)] * n
-
-
-# -- worker process --------------------------------------------------------------------------
-
-
-def _worker_main(fd: int, broker_fd: int | None = None) -> None:
-    """A grading worker's loop: preload, then grade chunks until the channel closes.
-
-    The channel closing -- the stage is done, or its process died (SIGKILL included) -- ends
-    the worker at once, even mid-chunk: nobody is left to want the results. Ctrl-C is the
-    stage's business: it closes the channel.
-    """
-    conn = Connection(fd)
-    sys_path, preload = conn.recv()
-    sys.path[:] = sys_path
-    # Jobs are read by a thread into a queue, so the parent can hand over the next chunk while
-    # this one is graded (no idle gap between chunks) without either side blocking on a full
-    # socket. Grading stays on the main thread: the per-sample limit is a SIGALRM.
-    jobs: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
-    # set while the channel closing must end the process at once: during the preload (imports
-    # can take seconds) and while a chunk is graded
-    busy = threading.Event()
-    busy.set()
-    threading.Thread(target=_read_jobs, args=(conn, jobs, busy), daemon=True).start()
-    if broker_fd is not None:
-        # before any verifier import: their pools then fork from the stage's shared zygotes
-        from scorers.workers.zygote import use_broker
-
-        use_broker(broker_fd)
-    for name in preload:
-        try:
-            module = importlib.import_module(name)
-        except Exception:  # noqa: S112 - a hint only; the grade call reports the real error
-            continue
-        # A verifier may offer warm_up() (math boots its sympy zygote). Run in the background:
-        # grading the many samples that need no sympy starts at once, and the boot (another
-        # process) overlaps it instead of stalling the first chunk.
-        warm_up = getattr(module, "warm_up", None)
-        if callable(warm_up):
-            threading.Thread(target=_quietly, args=(warm_up,), daemon=True).start()
-    busy.clear()
-
-    def next_job() -> Job | None:
-        """The next job, decoded (one that cannot be is answered with why, here)."""
-        while (item := jobs.get()) is not None:
-            job, payload = item
-            try:
-                return job, pickle.loads(payload)
-            except Exception as exc:  # e.g. the verifier cannot be unpickled here
-                if not send((job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))):
-                    return None
-        return None
-
-    def send(reply: tuple) -> bool:
-        try:
-            conn.send(reply)
-        except OSError:  # the parent went away
-            return False
-        return True
-
-    def sync_job(item: Job) -> bool:
-        job, (grade, rows, timeout_s, may_defer, verifier) = item
-        busy.set()
-        try:
-            results = grade_chunk(grade, rows, timeout_s, may_defer)
-            # after grading: a module the verifier imported while grading counts too
-            reply: tuple = (job, "ok", results, _digest_as_loaded(verifier))
-        except Exception as exc:
-            reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
-        busy.clear()
-        return send(reply)
-
-    while (item := next_job()) is not None:
-        if is_async(item[1][0]):
-            # from now on, chunks are graded side by side in one event loop
-
-            def reply(job: int, results: list[ResultRow], verifier: Any) -> bool:
-                return send((job, "ok", results, _digest_as_loaded(verifier)))
-
-            asyncio.run(serve(item, next_job, sync_job, reply, busy))
-            return
-        if not sync_job(item):
-            return
-
-
-def _forked_worker_main(conn: Connection) -> None:
-    """`_worker_main` in a worker forked from a warm zygote: the stage first passes it its
-    broker channel (a started worker gets it at spawn)."""
-    broker_fd = recv_handle(conn)
-    _worker_main(conn.fileno(), broker_fd)
-
-
-def _digest_as_loaded(verifier: Any) -> str | None:
-    """The fingerprint of the code this process graded `verifier` with (None: no verifier
-    given, or nothing can vouch for what ran)."""
-    if verifier is None:
-        return None
-    from scorers.identity.fingerprint import fingerprint_as_loaded
-
-    fp = fingerprint_as_loaded(verifier)
-    return fp.digest if fp is not None else None
-
-
-def _read_jobs(conn: Connection, jobs: queue.SimpleQueue, busy: threading.Event) -> None:
-    try:
-        while True:
-            jobs.put(conn.recv())
-    except (EOFError, OSError):
-        # The stage closed the channel (idle: finish normally) or died. Mid-chunk, nobody
-        # will read the results: stop now rather than grade on (a chunk of sandboxed tests
-        # can take minutes). The sandbox containers this process owns end with it (their
-        # lifeline closes) and the helpers forked from the stage's zygotes end with theirs.
-        if busy.is_set():
-            os._exit(0)
-        jobs.put(None)
-
-
-def _quietly(fn: Callable[[], object]) -> None:
-    try:
-        fn()
-    except Exception:  # noqa: S110 - a failed warm-up shows up, per sample, when it matters
-        pass
 
 
 class _Jobs:
@@ -418,7 +136,7 @@ class _Jobs:
 # -- parent side -----------------------------------------------------------------------------
 
 
-_FORKED_ENTRY = f"{__name__}:_forked_worker_main"
+_FORKED_ENTRY = "scorers.workers.worker:_forked_worker_main"
 
 
 class _Worker:
@@ -459,7 +177,7 @@ class _Worker:
         code = (
             "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
             f"import sys; sys.path.insert(0, {_ROOT!r})\n{loaded_code.boot_code()}"
-            f"from scorers.workers.pool import _worker_main; _worker_main(*{fds})"
+            f"from scorers.workers.worker import _worker_main; _worker_main(*{fds})"
         )
         try:
             self.proc = subprocess.Popen(
