@@ -6,11 +6,11 @@ see docs/reference/warehouse.md.
 """
 
 from warehouse.connection import WarehouseError, WarehouseLocked, WarehouseUnusable
+from warehouse.ingest import IngestResult
 from warehouse.migrations import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNew
 from warehouse.schema import SAMPLES_TO_SCORE_SCHEMA, SCORE_KEY, SCORE_SCHEMA
 from warehouse.store import (
     DEFAULT_DB,
-    IngestResult,
     Warehouse,
     WarehouseMissing,
     stage_scores,
