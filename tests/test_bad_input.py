@@ -250,11 +250,18 @@ def test_bad_input_is_exit_2_and_one_line(
 
 
 @pytest.mark.slow
-def test_verifiers_without_a_warehouse_says_so(world: World, tmp_path: Path) -> None:
+def test_verifiers_of_a_warehouse_that_is_not_there_is_one_line(
+    world: World, tmp_path: Path
+) -> None:
     missing = tmp_path / "missing.duckdb"
     ran = gradebook("verifiers", "--db", str(missing), env=shell_env(tmp_path), cwd=tmp_path)
-    assert ran.code == 0  # the installed verifiers are still listed
-    assert "math" in ran.stdout
+    assert ran.code == 2  # a warehouse the user named: a typo, not "nothing graded yet"
     [line] = ran.stderr_lines
-    assert str(missing) in line and "no warehouse here" in line
+    assert str(missing) in line and "no such warehouse" in line
     assert not missing.exists()
+    # with no --db and none in the directory: the installed verifiers, and a note
+    ran = gradebook("verifiers", env=shell_env(tmp_path), cwd=tmp_path)
+    assert ran.code == 0 and "math" in ran.stdout
+    [line] = ran.stderr_lines
+    assert "no warehouse here" in line
+    assert not (tmp_path / "gradebook.duckdb").exists()

@@ -183,3 +183,20 @@ def test_a_row_too_wide_for_the_terminal_prints_as_lines_and_nothing_is_cut(
                       "SELECT * FROM samples WHERE sample_id = 'nul'", env=env, cwd=tmp_path)  # fmt: skip
     assert table.code == 0 and "…" not in table.stdout  # folded, never cut
     assert "1 row" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("query", "hint"),
+    [
+        ("SELECT * FROM run_metric", 'Did you mean "run_metrics"?'),
+        ("SELECT modl FROM run_metrics", 'Candidate bindings: "model"'),
+    ],
+)
+def test_a_failed_query_keeps_duckdbs_hint_on_its_one_line(
+    db: Path, tmp_path: Path, query: str, hint: str
+) -> None:
+    ran = gradebook("sql", "--db", str(db), query, env=shell_env(tmp_path / "ph"), cwd=tmp_path)
+    assert ran.code == 2
+    [line] = ran.stderr_lines
+    assert line.startswith("error: query failed: ") and hint in line, line
+    assert "LINE 1" not in line  # the quoted query is left out

@@ -631,6 +631,12 @@ def verifiers(
     current = {name: fingerprint(v).digest for name, v in all_verifiers().items()}
     seen: dict[tuple[str, str], tuple[Any, int]] = {}
     recorded: set[str] = set()  # fingerprints of the scores logs held (warehouse.recorded_scores)
+    if not db.exists() and db != Path("gradebook.duckdb"):
+        # a warehouse the user named is not there: a typo, not "nothing graded yet"
+        raise _fail(
+            f"{shown(str(db))}: no such warehouse; pass --db (or GRADEBOOK_DB) the path of one "
+            "(`gradebook verifiers` with neither lists the verifiers this install knows)"
+        )
     if not db.exists():
         err_console.print(
             f"note: {shown(str(db))}: no warehouse here, so nothing is counted as graded; "

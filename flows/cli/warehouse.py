@@ -119,7 +119,10 @@ def sql(
     except WarehouseError as exc:
         raise _fail(str(exc)) from None
     except duckdb.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # DuckDB's message up to the query it quotes (LINE 1: ... ^^^), its hints included
+        # ("Did you mean ...?", "Candidate bindings: ..."), on one line
+        head = str(exc).strip().split("\n\n", 1)[0]
+        first = " ".join(head.split()) or type(exc).__name__
         # DuckDB quotes the value it failed on (a model's answer in a cast): escaped, as a cell
         raise _fail(
             f"query failed: {terminal_safe(first)} (the views are listed in "
