@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gates.records import gate_run, newest_runs
+from gates.records import gate_run, newest_runs, sweep_names
 from gates.rules import EXIT_CANNOT_EVALUATE, EXIT_FAIL, EXIT_PASS, GateResult, GateRules
 from warehouse import Warehouse
+from warehouse.error_text import did_you_mean
 
 __all__ = [
     "current_fingerprints",
@@ -80,10 +81,11 @@ def evaluate_gates(
     if run_ids is None:
         with wh.read() as con:
             run_ids = newest_runs(con, sweep=sweep)
+            hint = did_you_mean(sweep, sweep_names(con)) if sweep and not run_ids else ""
         if not run_ids:
             from datetime import UTC, datetime
 
-            what = f"sweep {sweep!r}" if sweep else "the warehouse"
+            what = f"sweep {sweep!r}{hint}" if sweep else "the warehouse"
             return [
                 GateResult(
                     gate_id="none",

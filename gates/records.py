@@ -89,6 +89,17 @@ def newest_runs(con: duckdb.DuckDBPyConnection, *, sweep: str | None = None) -> 
     return [r[0] for r in rows]
 
 
+def sweep_names(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every sweep a run belongs to (as `newest_runs` decides it)."""
+    rows = con.execute(
+        "SELECT json_extract_string(eval_spec, '$.metadata.sweep') FROM runs "
+        "UNION SELECT substr(t, 7) FROM (SELECT unnest(CAST(json_extract(eval_spec, '$.tags') "
+        "AS VARCHAR[])) AS t FROM runs) WHERE starts_with(t, 'sweep:') "
+        "UNION SELECT sweep FROM wh.gates"
+    ).fetchall()
+    return sorted(r[0] for r in rows if r[0])
+
+
 def planned_samples(dataset_samples: int | None, eval_spec: str | None) -> int | None:
     """How many dataset samples a run set out to generate: the dataset cut by the eval's
     `limit` (N, or a [start, end) range) or `sample_id` list, as Inspect applies them; None

@@ -578,11 +578,13 @@ def _resolve_verifiers(
             where = f"{source}: tasks[{index}] ({task.task}).verifiers"
             plain_name = isinstance(entry, str) and "/" not in entry and not entry.endswith(".py")
             if plain_name and str(exc).startswith("unknown verifier"):
+                from scorers.inspect_scorers.factories import did_you_mean
                 from scorers.registry import all_verifiers
 
                 known = sorted(n for n, v in all_verifiers().items() if v.spec is None)
                 raise ConfigError(
-                    f"{where}: unknown verifier(s) [{entry!r}]; registered: {', '.join(known)}; "
+                    f"{where}: unknown verifier(s) [{entry!r}]{did_you_mean(entry)}; "
+                    f"registered: {', '.join(known)}; "
                     "or an Inspect scorer: a registry name (match, choice, ...), "
                     "inspect_evals/NAME, or FILE.py@NAME"
                 ) from None

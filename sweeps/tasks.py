@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from sweeps.config import ConfigError, SweepConfig
-from warehouse.error_text import one_line
+from warehouse.error_text import did_you_mean, one_line
 
 if TYPE_CHECKING:
     from inspect_ai import Task
@@ -74,7 +74,10 @@ def load_task(spec: str, args: Mapping[str, Any] | None = None) -> Task:
         return registry_create("task", name, **args)
     except LookupError:
         bundled = ", ".join(sorted(factories)) or "none"
-        raise TaskLoadError(f"no task named {name!r} (bundled: {bundled}); {_SPEC_HINT}") from None
+        hint = did_you_mean(name, [*factories, *_registered_tasks()])
+        raise TaskLoadError(
+            f"no task named {name!r}{hint} (bundled: {bundled}); {_SPEC_HINT}"
+        ) from None
     except Exception as exc:
         raise TaskLoadError(
             f"creating it raised {one_line(exc)}; fix the task or its args"
@@ -214,3 +217,10 @@ def _create(factory: Any, args: dict[str, Any]) -> Task:
         raise TaskLoadError(
             f"{name}(...) raised {one_line(exc)}; fix the task or its args"
         ) from None
+
+
+def _registered_tasks() -> list[str]:
+    """The tasks Inspect's registry knows now (installed packages' among them, once looked up)."""
+    from inspect_ai._util.registry import registry_find, registry_info
+
+    return [registry_info(t).name for t in registry_find(lambda info: info.type == "task")]

@@ -139,7 +139,10 @@ def test_each_bad_key_is_named_with_the_file_and_what_is_allowed(
 
 def test_unknown_verifier_lists_the_registered_ones(tmp_path, verifier_name):
     path = _write(tmp_path, GOOD.replace("{verifier}", "mathh"))
-    with pytest.raises(ConfigError, match=r"unknown verifier\(s\) \['mathh'\]; registered: ") as e:
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown verifier\(s\) \['mathh'\] \(did you mean 'math'.*\); registered: ",
+    ) as e:
         load_config(path)
     assert verifier_name in str(e.value)
 

@@ -14,8 +14,16 @@ did not fail (`is_cancellation`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-__all__ = ["import_error", "is_cancellation", "one_line", "readable_error", "where_raised"]
+__all__ = [
+    "did_you_mean",
+    "import_error",
+    "is_cancellation",
+    "one_line",
+    "readable_error",
+    "where_raised",
+]
 
 _WRAPPER = re.compile(r"^RetryError\(<Future at 0x[0-9a-f]+ state=\w+ raised (\w+)>\)$")
 # the separators Python prints between the exceptions of a chain
@@ -109,3 +117,12 @@ def import_error(exc: BaseException, file: str | None = None) -> str:
     if where:
         return f"{text} at {where}"
     return f"{text} in {file}" if file else text
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """ " (did you mean 'math'?)": the names of `known` closest to a mistyped `name`; empty
+    when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(set(known)), n=3, cutoff=0.75)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""

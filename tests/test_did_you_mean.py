@@ -1,0 +1,64 @@
+"""A mistyped name gets the names it was probably meant to be: a verifier (`--verifier
+maths`, a config's `verifiers = ["maths"]`), a task (`math_verifed`) and a sweep (`gate
+--sweep demoo`), each in the one error line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gate_world import run_eval
+from typer.testing import CliRunner
+
+from flows.cli import app
+from warehouse import Warehouse
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("typos")
+    log = run_eval(root / "logs", ["0", "1"], metadata={"verifiers": ["math"], "sweep": "nightly"})
+    db = root / "w.duckdb"
+    [res] = Warehouse(db).ingest_logs([log])
+    assert res.error is None, res.error
+    return log, db
+
+
+def _error_line(result) -> str:  # noqa: ANN001 - click's Result
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_a_mistyped_verifier_names_the_close_ones(swept: tuple[Path, Path]) -> None:
+    log, db = swept
+    line = _error_line(
+        runner.invoke(app, ["score", str(log), "--db", str(db), "--verifier", "maths"])
+    )
+    assert "unknown verifier 'maths'" in line and "did you mean 'math'" in line
+
+
+def test_a_mistyped_task_or_verifier_in_a_config_names_the_close_ones(tmp_path: Path) -> None:
+    cfg = tmp_path / "typo.toml"
+    cfg.write_text(
+        'name = "t"\n[[models]]\nname = "m"\nmodel = "mockllm/model"\n'
+        '[[tasks]]\ntask = "math_verifed"\n'
+    )
+    line = _error_line(runner.invoke(app, ["generate", str(cfg)]))
+    assert "no task named 'math_verifed'" in line and "did you mean 'math_verified'" in line
+    cfg.write_text(
+        'name = "t"\n[[models]]\nname = "m"\nmodel = "mockllm/model"\n'
+        '[[tasks]]\ntask = "math_verified"\nverifiers = ["maths"]\n'
+    )
+    line = _error_line(runner.invoke(app, ["generate", str(cfg)]))
+    assert "'maths'" in line and "did you mean 'math'" in line
+
+
+def test_a_mistyped_sweep_names_the_close_ones(swept: tuple[Path, Path]) -> None:
+    _, db = swept
+    result = runner.invoke(app, ["gate", "--db", str(db), "--sweep", "nightlly", "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "sweep 'nightlly' (did you mean 'nightly'?) has no runs" in result.output
