@@ -426,7 +426,25 @@ def _unknown_key(loc: tuple[Any, ...]) -> str:
         return "unknown key; check the spelling (docs/reference/config.md lists every key)"
     close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
     guess = f"did you mean {close[0]!r}? " if close else ""
+    if "config" in allowed and not close:
+        setting = _generate_setting(str(loc[-1]))
+        if setting:  # a generation setting written beside the model, not in its config
+            return (
+                f"unknown key; a generation setting ({setting!r}) goes in the model's config: "
+                f"config = {{ {setting} = ... }} (keys here: {', '.join(allowed)})"
+            )
     return f"unknown key; {guess}keys here: {', '.join(allowed)}"
+
+
+def _generate_setting(key: str) -> str | None:
+    """The Inspect GenerateConfig field `key` is, or is a typo of (None: neither)."""
+    import difflib
+
+    from inspect_ai.model import GenerateConfig
+
+    fields = sorted(GenerateConfig.model_fields)
+    close = difflib.get_close_matches(key, fields, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def _keys_at(loc: tuple[Any, ...]) -> list[str]:

@@ -88,7 +88,7 @@ def test_flags_override_rules_and_json_output(db) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--max-unscored-rate", "1.5"], "max_unscored_rate"),
+        (["--max-unscored-rate", "1.5"], "gate rule --max-unscored-rate 1.5: "),
         (["--metric", "f1"], "pass@K"),
         ([], "say what to gate"),
     ],

@@ -246,6 +246,12 @@ def unreadable_log(path: str, exc: BaseException) -> str:
             "copy it again, or re-run its generation; if its eval crashed on this machine, "
             "`inspect log recover --list` tells whether Inspect can rebuild it"
         )
+    if path.endswith(".eval") and isinstance(exc, KeyError):
+        # a zip, but with neither the header Inspect writes last nor the journal it starts with
+        return (
+            f"{path}: not an Inspect log (a zip archive without Inspect's header.json or "
+            "_journal/start.json); point at the .eval files Inspect wrote"
+        )
     if path.endswith(".json") and isinstance(exc, ValueError):
         return (
             f"{path}: unreadable Inspect log (not complete JSON: {_one_line(exc)}); copy it "

@@ -75,8 +75,18 @@ def _rules(
         return GateRules(**base), sweep_name, db
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "rules"
-        raise _fail(f"gate rule {where}: {first['msg']}") from None
+        # the rule as the user wrote it (pydantic's loc adds its validator names, such as
+        # "constrained-float", past the field)
+        field = str(first["loc"][0]) if first["loc"] else "rules"
+        given = overrides.get(field)
+        shown_value = f"{given:g}" if isinstance(given, float) else given
+        flag = f"--{field.replace('_', '-')}"
+        where = f"{flag} {shown_value}" if given is not None else f"[gates] {field}"
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        value = first.get("input")
+        if isinstance(value, int | float) and 1 < value <= 100 and field != "alpha":
+            msg += f" (a fraction: {value / 100:g} for {value:g}%)"
+        raise _fail(f"gate rule {where}: {msg}") from None
 
 
 def _print(result: GateResult) -> None:

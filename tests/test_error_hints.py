@@ -1,6 +1,7 @@
-"""A mistyped name gets the names it was probably meant to be: a verifier (`--verifier
-maths`, a config's `verifiers = ["maths"]`), a task (`math_verifed`) and a sweep (`gate
---sweep demoo`), each in the one error line."""
+"""An error line says what the user meant, in the user's words: a mistyped name gets the names
+it was probably meant to be (a verifier, a task, a sweep), a percentage given for a fraction
+says so, a generation setting beside a model says where it goes, and a zip that is not an
+Inspect log is called that, not a KeyError."""
 
 from __future__ import annotations
 
@@ -62,3 +63,33 @@ def test_a_mistyped_sweep_names_the_close_ones(swept: tuple[Path, Path]) -> None
     result = runner.invoke(app, ["gate", "--db", str(db), "--sweep", "nightlly", "--dry-run"])
     assert result.exit_code == 2, result.output
     assert "sweep 'nightlly' (did you mean 'nightly'?) has no runs" in result.output
+
+
+def test_a_percentage_for_a_fraction_says_so_in_the_flags_words(swept: tuple[Path, Path]) -> None:
+    _, db = swept
+    line = _error_line(
+        runner.invoke(app, ["gate", "--db", str(db), "--min-accuracy", "75", "--dry-run"])
+    )
+    assert line.startswith("error: gate rule --min-accuracy 75: ") and "0.75 for 75%" in line
+    assert "constrained-float" not in line
+
+
+def test_a_generation_setting_beside_the_model_says_where_it_goes(tmp_path: Path) -> None:
+    cfg = tmp_path / "temp.toml"
+    cfg.write_text(
+        'name = "t"\n[[models]]\nname = "m"\nmodel = "mockllm/model"\ntemprature = 0.5\n'
+        '[[tasks]]\ntask = "math_verified"\n'
+    )
+    line = _error_line(runner.invoke(app, ["generate", str(cfg)]))
+    assert "temprature: unknown key" in line and "'temperature'" in line
+    assert "config = { temperature = ... }" in line
+
+
+def test_a_zip_that_is_not_an_inspect_log_is_called_that(tmp_path: Path) -> None:
+    import zipfile
+
+    path = tmp_path / "photos.eval"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("holiday.txt", "not a log")
+    line = _error_line(runner.invoke(app, ["ingest", str(path), "--db", str(tmp_path / "w")]))
+    assert "not an Inspect log" in line and "KeyError" not in line
