@@ -674,7 +674,8 @@ def _import_verifier_modules(modules: list[str], source: Path) -> None:
                 f"{source}: verifier_modules: cannot import {mod!r} ({exc}); install it or "
                 "put its directory on PYTHONPATH"
             ) from None
-        except Exception as exc:  # the module's own code failed: a bad config, not a crash
+        # the module's own code failed (sys.exit() at import included): a bad config
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
             from warehouse.error_text import import_error
 
             raise ConfigError(

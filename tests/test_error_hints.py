@@ -93,3 +93,26 @@ def test_a_zip_that_is_not_an_inspect_log_is_called_that(tmp_path: Path) -> None
         z.writestr("holiday.txt", "not a log")
     line = _error_line(runner.invoke(app, ["ingest", str(path), "--db", str(tmp_path / "w")]))
     assert "not an Inspect log" in line and "KeyError" not in line
+
+
+@pytest.mark.parametrize(
+    ("body", "raised"),
+    [
+        ("import sys\nsys.exit(7)\n", "SystemExit: 7"),
+        ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+    ],
+)
+def test_a_verifier_module_that_exits_at_import_is_named_exit_2(
+    swept: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    body: str,
+    raised: str,
+) -> None:
+    log, db = swept
+    (tmp_path / "quits_at_import.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["score", str(log), "--db", str(db), "--verifier-module", "quits_at_import"]
+    line = _error_line(runner.invoke(app, args))
+    assert "--verifier-module quits_at_import: importing it raised " + raised in line
+    assert "quits_at_import.py:" in line  # where it raised

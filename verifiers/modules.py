@@ -68,7 +68,9 @@ def load_modules(modules: Iterable[str] | None, *, option: str = "--verifier-mod
             continue
         try:
             importlib.import_module(module)
-        except Exception as exc:  # noqa: BLE001 - any failure of a user's module is reported
+        # SystemExit and KeyboardInterrupt too: a module that calls sys.exit() at import must
+        # not end the command silently with its code
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
             if _not_found(exc, module):
                 raise VerifierLoadError(
                     f"{option} {module}: cannot import it ({one_line(exc, 200)}); "

@@ -228,7 +228,7 @@ def _import_module(module: str, file: str) -> str | None:
             sys.path.append(str(root))
     try:
         importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - a user's module that fails to import
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - sys.exit() too
         return f"pass --verifier-module {module} once it imports ({import_error(exc, file)})"
     return None
 

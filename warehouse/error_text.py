@@ -90,7 +90,7 @@ def _exceptions(traceback: str) -> list[str]:
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception as one short line ("Type: message") for a table cell or an error message."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    text = " ".join(f"{type(exc).__name__}: {exc}".split()).removesuffix(":")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -212,7 +212,8 @@ def load_scorer_file(path: str) -> Any:
         sys.path.append(directory)
     try:
         module = loaded_code.load_file(name, path)
-    except Exception as exc:  # noqa: BLE001 - a user's file that fails to import
+    # sys.exit() at import included: the file is named, the command never ends silently
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
         raise SpecError(
             f"importing {path} raised {type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:200] if str(exc) else ''}; fix the file"
