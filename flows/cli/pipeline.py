@@ -173,9 +173,9 @@ def summary_table(result: Any) -> Table:
             r.gate or "", f"[yellow]{r.gate or '–'}[/yellow]"
         )
         table.add_row(
-            r.model,
-            r.task,
-            r.scorer or "–",
+            shown(r.model),
+            shown(r.task),
+            shown(r.scorer or "–"),  # a variant's name has brackets: `match[numeric=true]`
             r.state if r.state == "done" else f"[yellow]{r.state}[/yellow]",
             str(r.samples),
             str(r.errored),
@@ -487,7 +487,7 @@ def score(
     for col in ("run", "scorer", "written", "retried", "scored", "correct", "unscored", "error"):
         table.add_column(col)
     for s in summaries:
-        table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.retried), str(s.scored),
+        table.add_row(s.run_id[:12], shown(s.scorer), str(s.written), str(s.retried), str(s.scored),
                       str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
     console.print(table)
     if summaries.stopped is not None:
@@ -566,7 +566,7 @@ def rescore(
         table.add_column(col)
     for p in plans:
         ran = not dry_run and p.changed
-        table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
+        table.add_row(shown(p.scorer), p.digest[:12], str(len(p.run_ids)), str(p.pending),
                       str(p.retries), str(p.flipped_samples) if ran else "–",
                       str(p.differs_from_recorded) if ran else "–")  # fmt: skip
     console.print(table)
@@ -670,7 +670,7 @@ def verifiers(
     for name, v in sorted(all_verifiers().items()):
         digest = current[name]
         first, n = seen.get((name, digest), (None, 0))
-        table.add_row(name, digest[:12], v.label, str(first or "–"), str(n), "yes")
+        table.add_row(shown(name), digest[:12], shown(v.label), str(first or "–"), str(n), "yes")
         for (other, d), (f, m) in sorted(seen.items()):
             if other == name and d != digest:
                 older = "recorded in a log" if d in recorded else "(older)"
@@ -679,7 +679,9 @@ def verifiers(
         rows = sorted((d, f, m) for (other, d), (f, m) in seen.items() if other == name)
         for i, (d, f, m) in enumerate(rows or [("–", None, 0)]):
             label = f"[yellow]not loaded:[/yellow] {shown(fix)}" if i == 0 else ""
-            table.add_row(name if i == 0 else "", _short(d), label, str(f or "–"), str(m), "no")
+            table.add_row(
+                shown(name) if i == 0 else "", _short(d), label, str(f or "–"), str(m), "no"
+            )
     console.print(table)
 
 
