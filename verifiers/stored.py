@@ -17,7 +17,10 @@ import and a judge to send a key to):
   that judge here), and only with its key variables set;
 - a scorer file or a user module is imported only from a sealed spec, and only while the file
   at that path holds the very bytes that graded (its sha256): an edit since, or a file put
-  there by someone else, needs the user's word again (`--verifier-module`).
+  there by someone else, needs the user's word again (`--verifier-module`);
+- a scorer file that is installed code (gradebook's own scorers, a module of an installed
+  Inspect extension: scorers.inspect_scorers.installed) is not a file to import but the
+  registry scorer of its module, rebuilt as an installed-package scorer is.
 
 Anything else is not loaded, and the command says in one line exactly what to set or pass. A
 verifier the user loads with a flag is never replaced by its stored spec; where the two differ,
@@ -92,7 +95,7 @@ def rebuild(db: str | Path) -> Rebuilt:
 
     out = Rebuilt()
     for name, stored in stored_specs(db).items():
-        spec = stored.spec
+        spec = _installed(stored.spec)
         kind = spec.get("kind")
         if kind not in ("registry", "file", "module"):
             continue  # a log's recorded scores, or a kind this gradebook does not know
@@ -112,6 +115,21 @@ def rebuild(db: str | Path) -> Rebuilt:
         else:
             out.missing[name] = problem
     return out
+
+
+def _installed(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A stored file spec whose file is installed code as the registry spec it resolves to
+    (scorers.inspect_scorers.specs.installed_form); any other spec as it is."""
+    from scorers.inspect_scorers import installed
+    from scorers.inspect_scorers.specs import ScorerSpec, SpecError, installed_form
+
+    if spec.get("kind") != "file" or installed.module_name(str(spec.get("file") or "")) is None:
+        return spec
+    try:
+        form = installed_form(ScorerSpec.from_json(_own(spec))).to_json()
+    except (SpecError, KeyError, TypeError, ValueError):
+        return spec  # resolving it says what is wrong
+    return {**form, **{k: spec[k] for k in ("stored_as",) if k in spec}}
 
 
 def _own(spec: Mapping[str, Any]) -> dict[str, Any]:
