@@ -20,6 +20,7 @@ from sweeps.config import ConfigError, RoleModel, SweepConfig, TaskConfig, role_
 
 __all__ = [
     "check_verifiers",
+    "config_modules",
     "entries_for_log",
     "log_verifier_names",
     "names_for_entries",
@@ -187,3 +188,11 @@ def scorer_files(cfg: SweepConfig) -> list[str]:
                     else json.dumps(entry, sort_keys=True)
                 )
     return list(dict.fromkeys(out))
+
+
+def config_modules(cfg: SweepConfig) -> list[str]:
+    """What loads every verifier a sweep config names, as `--verifier-module` values: its
+    `verifier_modules`, then the scorer files (and judge specs) its tasks are scored with,
+    their own scorers among them (`scorer_files`). What `serve` hands its watcher, and what
+    `rescore --config` loads: the config is the user's own file, as trusted as a flag."""
+    return list(dict.fromkeys([*cfg.verifier_modules, *scorer_files(cfg)]))

@@ -32,8 +32,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
+import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ __all__ = [
     "how_to_load",
     "judge_entries",
     "rebuild",
+    "reload_flags",
     "stored_specs",
     "unknown_verifiers",
     "unloaded",
@@ -182,7 +185,37 @@ def _why_not(spec: Mapping[str, Any], sealed: bool) -> str | None:
 def _flag(spec: Mapping[str, Any], *, where: str | None = None) -> str:
     if spec.get("kind") == "module":
         return f"pass --verifier-module {spec.get('module')} (its directory on PYTHONPATH)"
-    return f"pass --verifier-module {where or spec.get('file')}@{spec.get('scorer')}"
+    if where is not None:
+        return f"pass --verifier-module {where}@{spec.get('scorer')}"
+    return f"pass --verifier-module {shlex.quote(_module_flag(spec))}"
+
+
+def _module_flag(spec: Mapping[str, Any]) -> str:
+    """The `--verifier-module` value that loads a stored file or module spec as its file is
+    now: the module's name, `FILE.py@scorer`, or for a scorer with params, a name or a judge
+    the spec itself as JSON (what `serve` hands its watcher, verifiers.specs.scorer_files)."""
+    if spec.get("kind") == "module":
+        return str(spec.get("module"))
+    own = _own(spec)
+    if own.get("params") or own.get("name") or own.get("roles"):
+        return json.dumps(own, sort_keys=True)
+    return f"{own.get('file')}@{own.get('scorer')}"
+
+
+def reload_flags(db: str | Path, names: Iterable[str]) -> dict[str, str]:
+    """For verifiers not loaded here, the `--verifier-module` value that loads each as its file
+    is now (`_module_flag`), where a command may offer it ready to run: the spec was stored by
+    this user's own command (sealed) and its file is still there. A spec from a warehouse
+    another user wrote is left out: the command names its file, and the user decides."""
+    specs = stored_specs(db)
+    out = {}
+    for name in names:
+        stored = specs.get(name)
+        if stored is None or not stored.sealed or stored.spec.get("kind") not in ("file", "module"):
+            continue
+        if Path(str(stored.spec.get("file") or "")).is_file():
+            out[name] = _module_flag(stored.spec)
+    return out
 
 
 def _sha256(path: str) -> str | None:
