@@ -40,7 +40,9 @@ HEADER = """\
 
 Every `gradebook` command and subcommand, with its `--help` exactly as the installed code prints
 it. Exit codes everywhere: `0` ok, `1` a gate failed (or `sandbox check` found a wrong
-verdict), `2` bad input or environment, with one line on stderr saying what to do.
+verdict), `2` bad input or environment, with one line on stderr saying what to do, or what was
+asked could not all be done (`gate` cannot evaluate a run, `rescore` could not check a
+verifier, `score` could not read a log), with what to run printed.
 """
 
 

@@ -14,6 +14,8 @@ over, up to WATCH_MAX_ATTEMPT attempts per sample.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -182,10 +184,18 @@ def _publish_flips(plans: list[RescorePlan]) -> None:
             for f in plan.flips[:500]
         ]
         create_table_artifact(
-            key=f"grade-flips-{plan.scorer}".lower().replace("_", "-"),
-            table=rows,
-            description=_flips_description(plan),
+            key=_flips_artifact_key(plan.scorer), table=rows, description=_flips_description(plan)
         )
+
+
+def _flips_artifact_key(scorer: str) -> str:
+    """The key of a verifier's grade-flips artifact. Prefect takes lowercase letters, digits and
+    dashes only; a variant's name (`math_verifier[timeout_s=2.0]`) has other characters, so it
+    is spelled with those, plus 6 hex digits of the name that keep two variants apart."""
+    slug = re.sub(r"[^a-z0-9]+", "-", scorer.lower()).strip("-")
+    if re.fullmatch(r"[a-z0-9_-]+", scorer):
+        return f"grade-flips-{slug}"  # as before: a plain name's artifact keeps its history
+    return f"grade-flips-{slug}-{hashlib.sha256(scorer.encode()).hexdigest()[:6]}"
 
 
 def _flips_description(plan: RescorePlan) -> str:

@@ -63,7 +63,7 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
 
     from flows.rescore import watch_verifiers
     from flows.sweep import sweep_flow
-    from verifiers.specs import scorer_files
+    from verifiers.specs import config_modules
 
     deployments = []
     watched: dict[str, list[str]] = {}
@@ -80,7 +80,7 @@ def build_deployments(cfgs: Sequence[SweepConfig], *, watch_every: int = 60) -> 
         )
         mods = watched.setdefault(str(cfg.warehouse), [])
         # the config's scorer files too (`file.py@scorer`): the watcher loads only what it is told
-        mods += [m for m in [*cfg.verifier_modules, *scorer_files(cfg)] if m not in mods]
+        mods += [m for m in config_modules(cfg) if m not in mods]
     for warehouse, modules in watched.items():
         deployments.append(
             watch_verifiers.to_deployment(

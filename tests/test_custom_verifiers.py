@@ -130,8 +130,14 @@ def test_a_warehouse_another_user_wrote_names_the_flag_to_pass(swept, tmp_path):
     assert "not loaded" in line and flag in listing.stdout.replace("\n", " ")
 
     rescore_all = _cli(["rescore", "--db", s["db"]], pythonpath=lib, env=other)
-    assert rescore_all.returncode == 0, rescore_all.stderr
+    assert rescore_all.returncode == 2, rescore_all.stdout + rescore_all.stderr  # not checked
     assert f"not checked: verifier {s['name']!r}" in rescore_all.stdout
+    assert "fingerprint is current" not in rescore_all.stdout
+    # a module another user's warehouse names is left to the user: no command offered to paste
+    assert not any(
+        " rescore " in line and "--verifier-module" in line
+        for line in rescore_all.stdout.splitlines()
+    ), rescore_all.stdout
 
     gate = _cli(["gate", "--db", s["db"], "--run", s["run"]], pythonpath=lib, env=other)
     assert gate.returncode == 2, gate.stdout

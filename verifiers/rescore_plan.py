@@ -6,6 +6,7 @@ Kept apart from the flows (flows/rescore.py) so that a `rescore` with nothing to
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ __all__ = [
     "import_verifier_modules",
     "plan_rescore",
     "record_current",
+    "unchecked_lines",
 ]
 
 MAX_FLIPS_SHOWN = 20  # grade flips a command prints; the rest are in the grade_flips view
@@ -172,3 +174,41 @@ def record_current(warehouse: str | Path, plans: list[RescorePlan]) -> None:
     from warehouse import Warehouse
 
     Warehouse(warehouse).record_current({p.scorer: p.digest for p in plans})
+
+
+def unchecked_lines(db: str | Path, missing: Mapping[str, str], again: Sequence[str]) -> list[str]:
+    """What `rescore` prints about the verifiers the warehouse has grades of that it could not
+    check, not being loaded here: one line each with what to set or pass, then one saying
+    their grades may be stale, then the command that checks them (`again`, this command's
+    arguments, with the `--verifier-module` of each whose own command stored it here:
+    verifiers.stored.reload_flags). Empty when `missing` is.
+
+    Args:
+        db: the warehouse.
+        missing: verifier name -> what loads it (verifiers.stored.unloaded).
+        again: the arguments of the command that was run (`rescore --db DB ...`).
+    """
+    from verifiers.stored import reload_flags
+    from warehouse.commands import command
+
+    if not missing:
+        return []
+    lines = [
+        f"  not checked: verifier {n!r} is not loaded here: {fix}" for n, fix in missing.items()
+    ]
+    flags = reload_flags(db, missing)
+    them = "it" if len(missing) == 1 else "them"
+    head = (
+        f"{len(missing)} verifier{'s' if len(missing) != 1 else ''} not checked "
+        f"({', '.join(missing)}): {'its' if len(missing) == 1 else 'their'} grades may be stale. "
+    )
+    config = f"or give the sweep config that names {them} (`rescore --config SWEEP.toml`)"
+    if not flags:
+        lines.append(f"{head}Do what each line above says, {config}, and run this again.")
+        return lines
+    others = [n for n in missing if n not in flags]
+    which = f"{', '.join(flags)} (and {', '.join(others)} as its line says)" if others else them
+    lines.append(f"{head}Check {which} with the code as it is now, {config}:")
+    extra = [a for value in flags.values() for a in ("--verifier-module", value)]
+    lines.append("  " + command(*again, *extra))
+    return lines

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_verifiers",
+    "config_modules",
     "entries_for_log",
     "log_verifier_names",
     "names_for_entries",
@@ -216,3 +217,11 @@ def verifiers_for(logs: Sequence[str], verifiers: Iterable[str] | None) -> list[
         except KeyError:
             continue
     return found
+
+
+def config_modules(cfg: SweepConfig) -> list[str]:
+    """What loads every verifier a sweep config names, as `--verifier-module` values: its
+    `verifier_modules`, then the scorer files (and judge specs) its tasks are scored with,
+    their own scorers among them (`scorer_files`). What `serve` hands its watcher, and what
+    `rescore --config` loads: the config is the user's own file, as trusted as a flag."""
+    return list(dict.fromkeys([*cfg.verifier_modules, *scorer_files(cfg)]))

@@ -17,7 +17,10 @@ import and a judge to send a key to):
   that judge here), and only with its key variables set;
 - a scorer file or a user module is imported only from a sealed spec, and only while the file
   at that path holds the very bytes that graded (its sha256): an edit since, or a file put
-  there by someone else, needs the user's word again (`--verifier-module`).
+  there by someone else, needs the user's word again (`--verifier-module`);
+- a scorer file that is installed code (gradebook's own scorers, a module of an installed
+  Inspect extension: scorers.inspect_scorers.installed) is not a file to import but the
+  registry scorer of its module, rebuilt as an installed-package scorer is.
 
 Anything else is not loaded, and the command says in one line exactly what to set or pass. A
 verifier the user loads with a flag is never replaced by its stored spec; where the two differ,
@@ -29,8 +32,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
+import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,7 @@ __all__ = [
     "how_to_load",
     "judge_entries",
     "rebuild",
+    "reload_flags",
     "stored_specs",
     "unknown_verifiers",
     "unloaded",
@@ -92,7 +98,7 @@ def rebuild(db: str | Path) -> Rebuilt:
 
     out = Rebuilt()
     for name, stored in stored_specs(db).items():
-        spec = stored.spec
+        spec = _installed(stored.spec)
         kind = spec.get("kind")
         if kind not in ("registry", "file", "module"):
             continue  # a log's recorded scores, or a kind this gradebook does not know
@@ -112,6 +118,21 @@ def rebuild(db: str | Path) -> Rebuilt:
         else:
             out.missing[name] = problem
     return out
+
+
+def _installed(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A stored file spec whose file is installed code as the registry spec it resolves to
+    (scorers.inspect_scorers.specs.installed_form); any other spec as it is."""
+    from scorers.inspect_scorers import installed
+    from scorers.inspect_scorers.specs import ScorerSpec, SpecError, installed_form
+
+    if spec.get("kind") != "file" or installed.module_name(str(spec.get("file") or "")) is None:
+        return spec
+    try:
+        form = installed_form(ScorerSpec.from_json(_own(spec))).to_json()
+    except (SpecError, KeyError, TypeError, ValueError):
+        return spec  # resolving it says what is wrong
+    return {**form, **{k: spec[k] for k in ("stored_as",) if k in spec}}
 
 
 def _own(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,7 +185,37 @@ def _why_not(spec: Mapping[str, Any], sealed: bool) -> str | None:
 def _flag(spec: Mapping[str, Any], *, where: str | None = None) -> str:
     if spec.get("kind") == "module":
         return f"pass --verifier-module {spec.get('module')} (its directory on PYTHONPATH)"
-    return f"pass --verifier-module {where or spec.get('file')}@{spec.get('scorer')}"
+    if where is not None:
+        return f"pass --verifier-module {where}@{spec.get('scorer')}"
+    return f"pass --verifier-module {shlex.quote(_module_flag(spec))}"
+
+
+def _module_flag(spec: Mapping[str, Any]) -> str:
+    """The `--verifier-module` value that loads a stored file or module spec as its file is
+    now: the module's name, `FILE.py@scorer`, or for a scorer with params, a name or a judge
+    the spec itself as JSON (what `serve` hands its watcher, verifiers.specs.scorer_files)."""
+    if spec.get("kind") == "module":
+        return str(spec.get("module"))
+    own = _own(spec)
+    if own.get("params") or own.get("name") or own.get("roles"):
+        return json.dumps(own, sort_keys=True)
+    return f"{own.get('file')}@{own.get('scorer')}"
+
+
+def reload_flags(db: str | Path, names: Iterable[str]) -> dict[str, str]:
+    """For verifiers not loaded here, the `--verifier-module` value that loads each as its file
+    is now (`_module_flag`), where a command may offer it ready to run: the spec was stored by
+    this user's own command (sealed) and its file is still there. A spec from a warehouse
+    another user wrote is left out: the command names its file, and the user decides."""
+    specs = stored_specs(db)
+    out = {}
+    for name in names:
+        stored = specs.get(name)
+        if stored is None or not stored.sealed or stored.spec.get("kind") not in ("file", "module"):
+            continue
+        if Path(str(stored.spec.get("file") or "")).is_file():
+            out[name] = _module_flag(stored.spec)
+    return out
 
 
 def _sha256(path: str) -> str | None:

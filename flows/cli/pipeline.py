@@ -1,6 +1,8 @@
 """The pipeline commands: sweep, generate, score, rescore, verifiers, serve.
 
-Exit codes: 0 ok, 1 a gate failed, 2 bad input or environment. Errors are one line naming the
+Exit codes: 0 ok, 1 a gate failed, 2 bad input or environment, or what was asked could not all
+be done (as `gate`'s "cannot evaluate": `rescore` with a verifier it could not check, `score`
+with a log it could not read); the output says what to run. Errors are one line naming the
 input and what to do.
 """
 
@@ -173,9 +175,9 @@ def summary_table(result: Any) -> Table:
             r.gate or "", f"[yellow]{r.gate or '–'}[/yellow]"
         )
         table.add_row(
-            r.model,
-            r.task,
-            r.scorer or "–",
+            shown(r.model),
+            shown(r.task),
+            shown(r.scorer or "–"),  # a variant's name has brackets: `match[numeric=true]`
             r.state if r.state == "done" else f"[yellow]{r.state}[/yellow]",
             str(r.samples),
             str(r.errored),
@@ -487,7 +489,7 @@ def score(
     for col in ("run", "scorer", "written", "retried", "scored", "correct", "unscored", "error"):
         table.add_column(col)
     for s in summaries:
-        table.add_row(s.run_id[:12], s.scorer, str(s.written), str(s.retried), str(s.scored),
+        table.add_row(s.run_id[:12], shown(s.scorer), str(s.written), str(s.retried), str(s.scored),
                       str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
     console.print(table)
     if summaries.stopped is not None:
@@ -520,6 +522,15 @@ def _print_problems(problems: list[str]) -> None:
 
 def rescore(
     db: DbOption = Path("gradebook.duckdb"),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Sweep TOML: load every verifier it names (its verifier_modules, its tasks' "
+            "verifiers and scorer files, the tasks' own scorers), as `serve` does; its "
+            "warehouse is the default --db.",
+        ),
+    ] = None,
     scorer: Annotated[
         list[str] | None, typer.Option("--scorer", help="Only this verifier (repeatable).")
     ] = None,
@@ -531,10 +542,24 @@ def rescore(
     lock_timeout: LockTimeoutOption = None,
     verbose: VerboseOption = False,
 ) -> None:
-    """Re-score saved samples of every verifier whose fingerprint changed (no model calls)."""
-    from verifiers.rescore_plan import plan_rescore, record_current
-    from verifiers.stored import judge_entries, unloaded
+    """Re-score saved samples of every verifier whose fingerprint changed (no model calls).
 
+    Exit 0: every verifier the warehouse has grades of was checked. Exit 2: one could not be
+    (not loaded here: its file changed, a judge's key is not set, ...); the output names it and
+    the command that checks it.
+    """
+    from verifiers.rescore_plan import plan_rescore, record_current, unchecked_lines
+    from verifiers.stored import judge_entries, unloaded
+    from warehouse import DEFAULT_DB
+
+    if config is not None:
+        # the user's own file, as trusted as a flag: what it names is loaded, as for `serve`
+        from verifiers.specs import config_modules
+
+        cfg = _load(config, tasks=True)
+        if db == Path(DEFAULT_DB):  # as `gate --config`: a --db (or GRADEBOOK_DB) given wins
+            db = cfg.warehouse
+        verifier_module = [*(verifier_module or []), *config_modules(cfg)]
     if not db.exists():
         raise _fail(f"{db}: no warehouse here; run a sweep first or pass --db")
     _check_warehouse(db)
@@ -566,7 +591,7 @@ def rescore(
         table.add_column(col)
     for p in plans:
         ran = not dry_run and p.changed
-        table.add_row(p.scorer, p.digest[:12], str(len(p.run_ids)), str(p.pending),
+        table.add_row(shown(p.scorer), p.digest[:12], str(len(p.run_ids)), str(p.pending),
                       str(p.retries), str(p.flipped_samples) if ran else "–",
                       str(p.differs_from_recorded) if ran else "–")  # fmt: skip
     console.print(table)
@@ -580,18 +605,31 @@ def rescore(
 
         console.print(rescore_stop_line(plans), soft_wrap=True)
         raise typer.Exit(exit_code(stopped))
-    # verifiers that scored this warehouse but are not loaded here were not checked
-    for name, fix in [] if scorer else sorted(unloaded(db).items()):
-        console.print(f"  not checked: verifier {name!r} is not loaded here: {fix}", soft_wrap=True)
+    # verifiers that graded this warehouse but are not loaded here: not checked (exit 2)
+    missing = {} if scorer else dict(sorted(unloaded(db).items()))
     if not any(p.changed for p in plans):
         console.print(
-            "nothing to re-score: every verifier's fingerprint is current"
+            (
+                "nothing to re-score among the verifiers checked here"
+                if missing
+                else "nothing to re-score: every verifier's fingerprint is current"
+            )
             + (" and no sample is unscored for a retryable reason" if retry_unscored else "")
         )
     if not dry_run:
         from warehouse.heal import retryable_unscored
 
         _print_heal_runs(db, retryable_unscored(db, {p.scorer: p.digest for p in plans}))
+    if missing:
+        import sys
+
+        again = sys.argv[1:]  # this command as it was typed
+        if again[:1] != ["rescore"]:  # called in-process (a test's CliRunner)
+            again = ["rescore", "--db", str(db), *(["--dry-run"] if dry_run else [])]
+        for line in unchecked_lines(db, missing, again):
+            # the last is a command to paste: never folded, never read as markup
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
+        raise typer.Exit(2)
 
 
 def _print_flips(plan: Any) -> None:
@@ -676,7 +714,7 @@ def verifiers(
     for name, v in sorted(all_verifiers().items()):
         digest = current[name]
         first, n = seen.get((name, digest), (None, 0))
-        table.add_row(name, digest[:12], v.label, str(first or "–"), str(n), "yes")
+        table.add_row(shown(name), digest[:12], shown(v.label), str(first or "–"), str(n), "yes")
         for (other, d), (f, m) in sorted(seen.items()):
             if other == name and d != digest:
                 older = "recorded in a log" if d in recorded else "(older)"
@@ -685,7 +723,9 @@ def verifiers(
         rows = sorted((d, f, m) for (other, d), (f, m) in seen.items() if other == name)
         for i, (d, f, m) in enumerate(rows or [("–", None, 0)]):
             label = f"[yellow]not loaded:[/yellow] {shown(fix)}" if i == 0 else ""
-            table.add_row(name if i == 0 else "", _short(d), label, str(f or "–"), str(m), "no")
+            table.add_row(
+                shown(name) if i == 0 else "", _short(d), label, str(f or "–"), str(m), "no"
+            )
     console.print(table)
 
 

@@ -12,10 +12,14 @@ In a config an entry may also be a table `{scorer = "...", params = {...}, name 
 
 Trust: a log or a warehouse may come from elsewhere, and Inspect's own re-scoring imports the
 task file a log names. Here built-in and installed-package scorers are resolved by registry name
-only, and a file is imported only when the user gave its path (a config, `--verifier`,
+only (gradebook's own among them: the bundled tasks' scorers, which its Inspect entry point
+registers), and a file is imported only when the user gave its path (a config, `--verifier`,
 `--verifier-module`, a task file the user's config names, or a spec the user's own command
 stored and sealed, which verifiers.stored resolves as trusted): `resolve(...,
-trusted=False)` refuses a file spec that this process has not already loaded for the user.
+trusted=False)` refuses a file spec that this process has not already loaded for the user. A
+file spec naming a module of installed code (scorers.inspect_scorers.installed: gradebook's own
+scorers, an installed Inspect extension's) is not a file to import: it resolves as that
+module's registry scorer, imported by module name, whoever named it.
 
 A spec becomes a registered `Verifier` (scorers.registry) named like Inspect names the scorer's
 scores in a log (its unqualified registry name: `match`, `aime_scorer`; `inspect_ai/math` for a
@@ -34,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scorers.inspect_scorers import judges, sandboxed
+from scorers.inspect_scorers import installed, judges, sandboxed
 from scorers.inspect_scorers.factories import (
     TRUSTED_FILES,
     ScorerSpec,
@@ -49,6 +53,7 @@ __all__ = [
     "ScorerSpec",
     "SpecError",
     "inspect_verifier_specs",
+    "installed_form",
     "is_file_spec",
     "parse_entry",
     "resolve",
@@ -169,6 +174,7 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
         if found is not None:
             return found
         spec = ScorerSpec(scorer=spec)
+    spec = installed_form(spec)
     key = spec.key()
     known = _BY_KEY.get(key)
     if known is not None:
@@ -252,7 +258,8 @@ def with_roles(
     if isinstance(spec, str) or judges.GRADER not in roles or (spec.roles and not rebind):
         return spec
     if not spec.roles:
-        factory, registry_name, _ = resolve_factory(spec)
+        spec = installed_form(spec)
+        factory, registry_name, _ = resolve_factory(_qualified(spec))
         if not judges.needs_grader(factory, registry_name, spec.params):
             return spec
     return ScorerSpec(spec.scorer, spec.params, spec.file, spec.name, spec.module,
@@ -295,22 +302,28 @@ def _stored_name(registry_name: str, params: Mapping[str, Any]) -> str:
 
 
 def _qualified(spec: ScorerSpec) -> ScorerSpec:
-    """A registry spec named without its package (`class_eval_scorer`) and not an Inspect
-    built-in: the scorer of that name of the one installed package that provides it (found
-    through the packages' Inspect entry points, as Inspect finds `inspect_evals/NAME`).
+    """A registry spec as Inspect's registry knows it, its scorer registered: the module it
+    names imported when that is installed code (gradebook's own scorers, an installed
+    package's); else every installed package's Inspect entry point loaded (gradebook's own
+    registers the bundled tasks' scorers). A spec named without its package
+    (`class_eval_scorer`) and not an Inspect built-in is the scorer of that name of the one
+    installed package that provides it (as Inspect finds `inspect_evals/NAME`).
 
     Raises:
         SpecError: several installed packages provide a scorer of that name.
     """
-    if spec.file or "/" in spec.scorer or not spec.scorer:
+    if spec.file or not spec.scorer:
         return spec
     import inspect_ai.scorer  # noqa: F401 - registers the built-ins: found without entry points
     from inspect_ai._util.entrypoints import ensure_entry_points
     from inspect_ai._util.registry import registry_find, registry_info, registry_lookup
 
+    installed.import_installed(spec.module)
     if registry_lookup("scorer", spec.scorer) is not None:
         return spec
     ensure_entry_points()  # every installed package's Inspect entry point
+    if "/" in spec.scorer or registry_lookup("scorer", spec.scorer) is not None:
+        return spec
     found = sorted(
         {
             registry_info(o).name
@@ -333,6 +346,35 @@ def _qualified(spec: ScorerSpec) -> ScorerSpec:
     return ScorerSpec(found[0], spec.params, None, spec.name, None, spec.roles)
 
 
+def installed_form(spec: ScorerSpec) -> ScorerSpec:
+    """A file spec whose file is a module of installed code (scorers.inspect_scorers.installed)
+    as the registry spec of the scorer that module defines: imported by module name, never by
+    the path; the same verifier whoever named it (a config, a log, a warehouse) and wherever
+    the log was made. Any other spec as it is.
+
+    Raises:
+        SpecError: the module defines no @scorer of that name, or importing it raised.
+    """
+    if not spec.file:
+        return spec
+    module = installed.module_name(spec.file)
+    if module is None:
+        return spec
+    try:
+        found = installed.scorer_in(module, spec.scorer)
+    except Exception as exc:  # noqa: BLE001 - installed code that fails to import
+        raise SpecError(
+            f"scorer {spec.shown()}: importing {module} raised {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}; reinstall it"
+        ) from None
+    if found is None:
+        raise SpecError(
+            f"{spec.file} (module {module}) has no @scorer named {spec.scorer or '(one)'!r}; "
+            "name one of its scorers after '@'"
+        )
+    return ScorerSpec(found[1], spec.params, None, spec.name, module, spec.roles)
+
+
 def inspect_verifier_specs() -> dict[str, dict[str, Any]]:
     """The Inspect scorer verifiers registered here: name -> spec JSON."""
     return {n: dict(v.spec) for n, v in all_verifiers().items() if v.spec is not None}
@@ -340,7 +382,8 @@ def inspect_verifier_specs() -> dict[str, dict[str, Any]]:
 
 def task_scorer_specs(task: Any) -> list[ScorerSpec]:
     """The specs of a Task's own scorers (a task the user's config names: a scorer defined in a
-    file outside the installed packages becomes a file spec of that file).
+    file that is not installed code becomes a file spec of that file; one of gradebook's own,
+    or of an installed package, a registry spec).
 
     Raises:
         SpecError: a scorer that is not a registered @scorer, or whose params are not JSON.
@@ -373,11 +416,13 @@ def task_scorer_specs(task: Any) -> list[ScorerSpec]:
         short = info.name.rsplit("/", 1)[-1]
         plain = _stored_name(info.name, params)
         name = _unique(plain, used)
-        if path and loaded_code.is_recorded_path(str(path)):
+        own = installed.module_name(str(path)) if path else None
+        if path and own is None and loaded_code.is_recorded_path(str(path)):
             specs.append(ScorerSpec(short, params, file=str(Path(path).resolve()),
                                     name=name if name != plain else None))  # fmt: skip
-        else:
-            specs.append(ScorerSpec(info.name, params, name=name if name != plain else None))
+        else:  # installed code, gradebook's own scorers among it: by registry name
+            specs.append(ScorerSpec(info.name, params, name=name if name != plain else None,
+                                    module=own))  # fmt: skip
     return specs
 
 
