@@ -40,11 +40,14 @@ def test_rescore_without_a_warehouse_exits_2(tmp_path):
     assert result.exit_code == 2 and "no warehouse here" in result.output
 
 
-def test_verifiers_lists_the_registered_verifiers_with_fingerprints(tmp_path):
+def test_verifiers_lists_the_registered_verifiers_with_fingerprints(tmp_path, monkeypatch):
     from scorers.identity.fingerprint import fingerprint
     from scorers.registry import get_verifier
 
-    result = runner.invoke(app, ["verifiers", "--db", str(tmp_path / "none.duckdb")])
+    # no warehouse named and none here: what this install knows (a named missing one is exit 2)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRADEBOOK_DB", raising=False)
+    result = runner.invoke(app, ["verifiers"])
     assert result.exit_code == 0
     assert "math" in result.output
     assert fingerprint(get_verifier("math")).digest[:12] in result.output
