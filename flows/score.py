@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Failed
 
 from flows.runtime.console import progress_bar
 from flows.runtime.interrupts import (
@@ -85,6 +85,7 @@ __all__ = [
     "CodeChanged",
     "ScoreSummaries",
     "ScoringStopped",
+    "UnreadableLogs",
     "grade_batch",
     "grade_chunk",
     "run_score",
@@ -430,6 +431,21 @@ class ScoreSummaries(list[RunScore]):
         return stop_line(self.written, self.left, command)
 
 
+class UnreadableLogs(Exception):
+    """Some logs given to `score_flow`, or samples of them, could not be read: its run ends
+    Failed, as the command exits 2. What could be read was scored: `summaries` (a ScoreSummaries
+    whose `.problems` say what could not, one line each)."""
+
+    def __init__(self, summaries: ScoreSummaries) -> None:
+        problems = summaries.problems
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{problems[0] if problems else 'a log could not be read'}{more}")
+        self.summaries = summaries
+
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt from its summaries, not its message
+        return (type(self), (self.summaries,))
+
+
 def stop_line(written: int, left: int | None, command: str) -> str:
     """What a stopped stage did, for the terminal: "wrote 33,750 results in all; 66,250
     samples left for the next `gradebook score`" (`left` None: not counted)."""
@@ -496,10 +512,11 @@ def score_flow(
             (grader_failed, sandbox_unavailable, timeout, verifier_error).
 
     Returns:
-        The summaries per (run, verifier); `.problems` names each log or sample the ingest
-        could not read (the readable ones are scored). A stop (SIGINT, SIGTERM) writes what
-        was graded and ends the run Cancelled, with the summaries (`.stopped`, `.left`) as its
-        data: `run_score` returns them.
+        The summaries per (run, verifier). A log or sample the ingest could not read ends the
+        run Failed with `UnreadableLogs` (what was readable is scored; its `.summaries.problems`
+        name each one). A stop (SIGINT, SIGTERM) writes what was graded and ends the run
+        Cancelled, with the summaries (`.stopped`, `.left`) as its data. `run_score` returns
+        the summaries in both cases.
     """
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
@@ -536,6 +553,10 @@ def score_flow(
         from warehouse.scored_logs import write_scored_logs
 
         write_scored_logs(warehouse, logs, Path(scored_log_dir), problems)
+    if problems:
+        # the command exits 2 on these: its run says so too, not Completed
+        unreadable = UnreadableLogs(ScoreSummaries(summaries, problems))
+        return Failed(message=f"could not read all it was given: {unreadable}", data=unreadable)
     return ScoreSummaries(summaries, problems)
 
 
@@ -549,8 +570,12 @@ def run_score(
     logs: list[str], warehouse: str = "gradebook.duckdb", **options: Any
 ) -> ScoreSummaries:
     """Run `score_flow` and return its summaries, also when a signal stopped it (the flow run
-    then ends Cancelled, and `.stopped` says which signal); other failures raise as the flow
-    did."""
-    return finished_result(
-        score_flow(logs, warehouse, **options, return_state=True), ScoreSummaries
-    )
+    then ends Cancelled, and `.stopped` says which signal) and when some logs or samples could
+    not be read (the run ends Failed, and `.problems` names them); other failures raise as the
+    flow did."""
+    state = score_flow(logs, warehouse, **options, return_state=True)
+    if state.is_failed():
+        failure = state.result(raise_on_failure=False)
+        if isinstance(failure, UnreadableLogs):
+            return failure.summaries
+    return finished_result(state, ScoreSummaries)

@@ -1,11 +1,14 @@
 """`gradebook score` reports every log (and sample) it could not read, one line each, exits 2,
-and still scores everything it could read: the good logs, and a damaged log's readable samples."""
+and still scores everything it could read: the good logs, and a damaged log's readable samples.
+Its Prefect flow run ends Failed, as the command does."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from warehouse_logs import bomb_member, damage_member, lie_about_size, make_log, truncated, variant
@@ -51,6 +54,25 @@ def test_score_names_unreadable_logs_and_samples_and_scores_the_rest(prefect_api
         ).fetchall()
     assert runs == sorted([(base.eval.eval_id, "complete", 12), ("damaged-run", "partial", 11)])
     assert scored == sorted([(base.eval.eval_id, 12), ("damaged-run", 11)])
+    # the command failed (exit 2): so did its run, in the Prefect UI
+    [run] = _score_runs(tmp_path)
+    assert run.state_type.value == "FAILED", run.state
+
+
+def _score_runs(where: Path) -> list:
+    """The latest `score` flow runs whose parameters name `where` (the session's server holds
+    other tests' runs too)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["score"])),
+            sort=FlowRunSort.START_TIME_DESC,
+            limit=20,
+        )
+    return [r for r in runs if str(where) in json.dumps(r.parameters)]
 
 
 @pytest.mark.slow
