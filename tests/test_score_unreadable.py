@@ -59,6 +59,28 @@ def test_score_names_unreadable_logs_and_samples_and_scores_the_rest(prefect_api
     assert run.state_type.value == "FAILED", run.state
 
 
+@pytest.mark.slow
+def test_a_directory_of_one_truncated_log_is_one_line_and_a_failed_run(prefect_api, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    cut = truncated(Path(make_log(tmp_path / "made").location), logs / "copied-half-way.eval")
+    proc = subprocess.run(
+        [*GRADEBOOK, "score", str(logs), "--db", str(tmp_path / "g.duckdb"), "--verifier", "math"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    # what it could not read, and nothing else: no empty "scores written" table before it
+    assert proc.stdout.strip() == "", proc.stdout
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert line.startswith(f"error: {cut}: unreadable Inspect log ("), line
+    [run] = _score_runs(tmp_path)
+    assert run.state_type.value == "FAILED"
+    assert str(cut) in run.state.message
+
+
 def _score_runs(where: Path) -> list:
     """The latest `score` flow runs whose parameters name `where` (the session's server holds
     other tests' runs too)."""
