@@ -460,14 +460,19 @@ def _score_run_name() -> str:
     )
 
 
-def _label_score_run(ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
+def _label_score_run(warehouse: str, ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
     """Name the score flow run for what it scores, `score math_verified · demo-v2 (26
-    samples)`, and tag it with the tasks, models and verifiers (once the logs are ingested)."""
+    samples)`, and tag it with the tasks, models and verifiers (once the logs are ingested).
+
+    A model is called what the sweep that generated its log called it (`_model_labels`), so
+    the UI's `model:` filter finds its sweep, generation and scoring under one tag; a log from
+    elsewhere, by its model."""
     runs = [r for r in ingested if r.run_id in plan]
     if not runs:
         return
+    labels = _model_labels(warehouse, [r.run_id for r in runs])
     tasks = [r.task or "?" for r in runs]
-    models = [(r.model or "?").rsplit("/", 1)[-1] for r in runs]
+    models = [labels.get(r.run_id) or (r.model or "?").rsplit("/", 1)[-1] for r in runs]
     samples = count(sum(r.samples_total for r in runs), "sample")
     what = f"{listed(tasks)} · {listed(models)}"
     name = (
@@ -480,10 +485,30 @@ def _label_score_run(ingested: Sequence[Any], plan: dict[str, list[str]]) -> Non
         name,
         [
             *(tag("task", t) for t in dict.fromkeys(tasks)),
-            *(tag("model", r.model or "?") for r in runs),
+            *(tag("model", labels.get(r.run_id) or r.model or "?") for r in runs),
             *(tag("verifier", v) for v in verifiers),
         ],
     )
+
+
+def _model_labels(warehouse: str, run_ids: list[str]) -> dict[str, str]:
+    """run_id -> the model's name in the sweep config that generated the run's log, which
+    gradebook's generate records in the log's metadata (`gradebook_model`) and tags the sweep's
+    runs with; runs without one (logs from elsewhere) are left out."""
+    import duckdb
+
+    from warehouse import Warehouse, WarehouseError
+
+    try:
+        with Warehouse(warehouse).read() as con:
+            rows = con.execute(
+                "SELECT run_id, eval_spec->'metadata'->>'gradebook_model' FROM runs "
+                "WHERE list_contains(?::VARCHAR[], run_id)",
+                [run_ids],
+            ).fetchall()
+    except (WarehouseError, duckdb.Error):  # a name is not worth failing the stage for
+        return {}
+    return {run_id: label for run_id, label in rows if label}
 
 
 @flow(name="score", flow_run_name=_score_run_name, log_prints=False, on_running=[record_owner])
@@ -531,7 +556,7 @@ def score_flow(
                 if starts_early(logs, warm_preload(early), opts.chunk_size):
                     start_for(pool, early)
                 plan, ingested = ingest_task(warehouse, logs, verifiers)
-                _label_score_run(ingested, plan)
+                _label_score_run(warehouse, ingested, plan)
                 summaries = score_runs(
                     warehouse, plan, opts, pool, retry="all" if retry_unscored else None
                 )
