@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefect import flow, task
 from prefect.cache_policies import NONE as NO_CACHE
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Failed
 
 from flows.runtime.console import progress_bar
 from flows.runtime.interrupts import (
@@ -85,6 +85,7 @@ __all__ = [
     "CodeChanged",
     "ScoreSummaries",
     "ScoringStopped",
+    "UnreadableLogs",
     "grade_batch",
     "grade_chunk",
     "run_score",
@@ -430,6 +431,21 @@ class ScoreSummaries(list[RunScore]):
         return stop_line(self.written, self.left, command)
 
 
+class UnreadableLogs(Exception):
+    """Some logs given to `score_flow`, or samples of them, could not be read: its run ends
+    Failed, as the command exits 2. What could be read was scored: `summaries` (a ScoreSummaries
+    whose `.problems` say what could not, one line each)."""
+
+    def __init__(self, summaries: ScoreSummaries) -> None:
+        problems = summaries.problems
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{problems[0] if problems else 'a log could not be read'}{more}")
+        self.summaries = summaries
+
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt from its summaries, not its message
+        return (type(self), (self.summaries,))
+
+
 def stop_line(written: int, left: int | None, command: str) -> str:
     """What a stopped stage did, for the terminal: "wrote 33,750 results in all; 66,250
     samples left for the next `gradebook score`" (`left` None: not counted)."""
@@ -444,14 +460,19 @@ def _score_run_name() -> str:
     )
 
 
-def _label_score_run(ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
+def _label_score_run(warehouse: str, ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
     """Name the score flow run for what it scores, `score math_verified · demo-v2 (26
-    samples)`, and tag it with the tasks, models and verifiers (once the logs are ingested)."""
+    samples)`, and tag it with the tasks, models and verifiers (once the logs are ingested).
+
+    A model is called what the sweep that generated its log called it (`_model_labels`), so
+    the UI's `model:` filter finds its sweep, generation and scoring under one tag; a log from
+    elsewhere, by its model."""
     runs = [r for r in ingested if r.run_id in plan]
     if not runs:
         return
+    labels = _model_labels(warehouse, [r.run_id for r in runs])
     tasks = [r.task or "?" for r in runs]
-    models = [(r.model or "?").rsplit("/", 1)[-1] for r in runs]
+    models = [labels.get(r.run_id) or (r.model or "?").rsplit("/", 1)[-1] for r in runs]
     samples = count(sum(r.samples_total for r in runs), "sample")
     what = f"{listed(tasks)} · {listed(models)}"
     name = (
@@ -464,10 +485,30 @@ def _label_score_run(ingested: Sequence[Any], plan: dict[str, list[str]]) -> Non
         name,
         [
             *(tag("task", t) for t in dict.fromkeys(tasks)),
-            *(tag("model", r.model or "?") for r in runs),
+            *(tag("model", labels.get(r.run_id) or r.model or "?") for r in runs),
             *(tag("verifier", v) for v in verifiers),
         ],
     )
+
+
+def _model_labels(warehouse: str, run_ids: list[str]) -> dict[str, str]:
+    """run_id -> the model's name in the sweep config that generated the run's log, which
+    gradebook's generate records in the log's metadata (`gradebook_model`) and tags the sweep's
+    runs with; runs without one (logs from elsewhere) are left out."""
+    import duckdb
+
+    from warehouse import Warehouse, WarehouseError
+
+    try:
+        with Warehouse(warehouse).read() as con:
+            rows = con.execute(
+                "SELECT run_id, eval_spec->'metadata'->>'gradebook_model' FROM runs "
+                "WHERE list_contains(?::VARCHAR[], run_id)",
+                [run_ids],
+            ).fetchall()
+    except (WarehouseError, duckdb.Error):  # a name is not worth failing the stage for
+        return {}
+    return {run_id: label for run_id, label in rows if label}
 
 
 @flow(name="score", flow_run_name=_score_run_name, log_prints=False, on_running=[record_owner])
@@ -496,10 +537,11 @@ def score_flow(
             (grader_failed, sandbox_unavailable, timeout, verifier_error).
 
     Returns:
-        The summaries per (run, verifier); `.problems` names each log or sample the ingest
-        could not read (the readable ones are scored). A stop (SIGINT, SIGTERM) writes what
-        was graded and ends the run Cancelled, with the summaries (`.stopped`, `.left`) as its
-        data: `run_score` returns them.
+        The summaries per (run, verifier). A log or sample the ingest could not read ends the
+        run Failed with `UnreadableLogs` (what was readable is scored; its `.summaries.problems`
+        name each one). A stop (SIGINT, SIGTERM) writes what was graded and ends the run
+        Cancelled, with the summaries (`.stopped`, `.left`) as its data. `run_score` returns
+        the summaries in both cases.
     """
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
@@ -514,7 +556,7 @@ def score_flow(
                 if starts_early(logs, warm_preload(early), opts.chunk_size):
                     start_for(pool, early)
                 plan, ingested = ingest_task(warehouse, logs, verifiers)
-                _label_score_run(ingested, plan)
+                _label_score_run(warehouse, ingested, plan)
                 summaries = score_runs(
                     warehouse, plan, opts, pool, retry="all" if retry_unscored else None
                 )
@@ -536,6 +578,10 @@ def score_flow(
         from warehouse.scored_logs import write_scored_logs
 
         write_scored_logs(warehouse, logs, Path(scored_log_dir), problems)
+    if problems:
+        # the command exits 2 on these: its run says so too, not Completed
+        unreadable = UnreadableLogs(ScoreSummaries(summaries, problems))
+        return Failed(message=f"could not read all it was given: {unreadable}", data=unreadable)
     return ScoreSummaries(summaries, problems)
 
 
@@ -549,8 +595,12 @@ def run_score(
     logs: list[str], warehouse: str = "gradebook.duckdb", **options: Any
 ) -> ScoreSummaries:
     """Run `score_flow` and return its summaries, also when a signal stopped it (the flow run
-    then ends Cancelled, and `.stopped` says which signal); other failures raise as the flow
-    did."""
-    return finished_result(
-        score_flow(logs, warehouse, **options, return_state=True), ScoreSummaries
-    )
+    then ends Cancelled, and `.stopped` says which signal) and when some logs or samples could
+    not be read (the run ends Failed, and `.problems` names them); other failures raise as the
+    flow did."""
+    state = score_flow(logs, warehouse, **options, return_state=True)
+    if state.is_failed():
+        failure = state.result(raise_on_failure=False)
+        if isinstance(failure, UnreadableLogs):
+            return failure.summaries
+    return finished_result(state, ScoreSummaries)

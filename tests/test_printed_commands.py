@@ -8,11 +8,14 @@ what the message says it does.
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import flows_kit
 import pyarrow as pa
 import pytest
 from cli_kit import GRADEBOOK, Ran, gradebook, run, shell_env
@@ -116,3 +119,32 @@ def test_the_demos_next_commands_run_as_printed(tmp_path: Path, prefect_api: str
         assert done.code in (0, 1), (command, done.stdout, done.stderr)
         assert "No such option" not in done.stderr and "Traceback" not in done.stderr
     assert (tmp_path / "report.html").is_file()  # `gradebook report` wrote it where it said
+
+
+def test_the_demos_metrics_query_shows_each_run_once_after_a_rescore(
+    tmp_path: Path, prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.cli.demo import next_commands
+    from flows.rescore import rescore_flow
+    from flows.score import score_flow
+
+    # scored, then the verifier edited and re-scored: run_metrics holds a row per fingerprint
+    name = f"lastword_{uuid.uuid4().hex[:8]}"
+    path = flows_kit.write_verifier(tmp_path, name, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module(name)
+    log = run_eval(tmp_path / "logs", ["0", "1", "2", "x"], task_name="capitals")
+    db = tmp_path / "demo dir" / "demo.duckdb"
+    db.parent.mkdir()
+    score_flow([str(log)], str(db), verifiers=[name], progress=False)  # 3 of 4 right
+    path.write_text(path.read_text().replace("OFFSET = 0", "OFFSET = 1"))
+    importlib.reload(importlib.import_module(name))
+    rescore_flow(str(db), [name], progress=False)  # none right now
+
+    [query] = [c for c in next_commands(db) if "run_metrics" in c and not c.startswith("#")]
+    env = shell_env(tmp_path / "prefect-home", COLUMNS="200")
+    done = _shell(query, env, tmp_path)
+    assert done.code == 0, done.stdout + done.stderr
+    # the run once, with the numbers of the verifier's current code
+    [row] = [ln for ln in done.stdout.splitlines() if name in ln]
+    assert "capitals" in row and "0.0" in row and "0.75" not in row, done.stdout

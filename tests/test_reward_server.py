@@ -311,3 +311,19 @@ def test_gradebook_reward_serve_command(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_port_in_use_is_one_line_before_any_worker_starts(tmp_path: Path) -> None:
+    # another program listens there (bound by this test, on a free port)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "reward", "serve", "--port", str(port)],
+            cwd=REPO, env={**os.environ, "GRADEBOOK_CACHE_DIR": str(tmp_path)},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    # the address is checked first: no "starting the math verifier's workers..." before it
+    assert done.stderr.strip().splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use (pick another --port)"
+    ]

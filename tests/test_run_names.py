@@ -12,8 +12,9 @@ from pathlib import Path
 
 import flows_kit
 import pytest
-from process_kit import wait_for
+from process_kit import cli_env, gradebook, wait_for
 
+from flows.generate import generate_flow
 from flows.rescore import rescore_flow
 from flows.score import score_flow
 from flows.sweep import sweep_flow
@@ -120,3 +121,28 @@ def test_score_and_rescore_runs_say_what_they_graded(prefect_api, tmp_path, veri
     flows, _ = _runs(verifier=name)
     [rescored] = [f for f in flows if f.id != scored.id]
     assert rescored.name == f"rescore {name} @{plan.digest[:10]} (4 samples)"
+
+
+def test_score_tags_a_model_as_the_sweep_that_generated_it(prefect_api, tmp_path) -> None:
+    label = f"offline-{uuid.uuid4().hex[:6]}"  # the config's name for mockllm/model
+    raw = {
+        "name": f"labels-{uuid.uuid4().hex[:6]}",
+        "log_dir": "logs",
+        "warehouse": "g.duckdb",
+        "models": [{"name": label, "model": "mockllm/model",
+                    "args": {"custom_outputs": flows_kit.mock_outputs(set())}}],
+        "tasks": [{"task": flows_kit.TASK_SPEC, "args": {"n": 2}, "verifiers": ["math"]}],
+    }  # fmt: skip
+    [made] = generate_flow(parse_config(raw, source=tmp_path / "sweep.toml"))
+
+    # scored later, by hand, into another warehouse
+    env = cli_env(api_url=prefect_api)
+    done = gradebook("score", made.log, "--db", str(tmp_path / "later.duckdb"), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    # the UI's filter on the model finds its generation and its scoring, under one name
+    flows, _ = _runs(model=label)
+    assert len(flows) == 2, [(f.name, f.tags) for f in flows]
+    [scored] = [f for f in flows if f.name.startswith("score")]
+    assert scored.name == f"score arith · {label} (2 samples)"
+    assert "model:mockllm/model" not in scored.tags

@@ -1,11 +1,14 @@
 """`gradebook score` reports every log (and sample) it could not read, one line each, exits 2,
-and still scores everything it could read: the good logs, and a damaged log's readable samples."""
+and still scores everything it could read: the good logs, and a damaged log's readable samples.
+Its Prefect flow run ends Failed, as the command does."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from warehouse_logs import bomb_member, damage_member, lie_about_size, make_log, truncated, variant
@@ -51,6 +54,47 @@ def test_score_names_unreadable_logs_and_samples_and_scores_the_rest(prefect_api
         ).fetchall()
     assert runs == sorted([(base.eval.eval_id, "complete", 12), ("damaged-run", "partial", 11)])
     assert scored == sorted([(base.eval.eval_id, 12), ("damaged-run", 11)])
+    # the command failed (exit 2): so did its run, in the Prefect UI
+    [run] = _score_runs(tmp_path)
+    assert run.state_type.value == "FAILED", run.state
+
+
+@pytest.mark.slow
+def test_a_directory_of_one_truncated_log_is_one_line_and_a_failed_run(prefect_api, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    cut = truncated(Path(make_log(tmp_path / "made").location), logs / "copied-half-way.eval")
+    proc = subprocess.run(
+        [*GRADEBOOK, "score", str(logs), "--db", str(tmp_path / "g.duckdb"), "--verifier", "math"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    # what it could not read, and nothing else: no empty "scores written" table before it
+    assert proc.stdout.strip() == "", proc.stdout
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert line.startswith(f"error: {cut}: unreadable Inspect log ("), line
+    [run] = _score_runs(tmp_path)
+    assert run.state_type.value == "FAILED"
+    assert str(cut) in run.state.message
+
+
+def _score_runs(where: Path) -> list:
+    """The latest `score` flow runs whose parameters name `where` (the session's server holds
+    other tests' runs too)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["score"])),
+            sort=FlowRunSort.START_TIME_DESC,
+            limit=20,
+        )
+    return [r for r in runs if str(where) in json.dumps(r.parameters)]
 
 
 @pytest.mark.slow

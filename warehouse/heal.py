@@ -20,17 +20,35 @@ from typing import Any
 from warehouse.commands import command
 from warehouse.schema import RETRYABLE_REASONS
 
+# more workspace store directories (workspaces.restore.STORES_ENV, a floor above: named here)
+WORKSPACE_STORES_ENV = "GRADEBOOK_WORKSPACE_STORES"
+
 __all__ = ["Unscored", "heal_lines", "retryable_unscored", "unscored_in_rows"]
 
-# why each retryable reason happens, and when grading again will work
+# why each retryable reason happens, and when grading again will work: what to do, never the
+# reason's name again (tests/test_heal_lines.py holds every retryable reason to that)
 _CAUSE = {
     "grader_failed": ("the judge did not answer", "once it answers"),
     "sandbox_unavailable": (
         "the Docker sandbox was not available",
         "once it is up (`make services`: Docker Engine + the sandbox image)",
     ),
-    "timeout": ("the verifier ran past its time limit", "once the cause is fixed"),
-    "verifier_error": ("the verifier or its worker process failed", "once it is fixed"),
+    "timeout": (
+        "the verifier ran past its time limit",
+        "once it is faster, or given a longer time limit",
+    ),
+    "verifier_error": (
+        "the verifier or its worker process failed (the traceback: the score row's "
+        "metadata->>'traceback')",
+        "once it is fixed",
+    ),
+    # the restore names the stores it looked in, in each sample's explanation
+    "workspace_missing": (
+        "the sandbox workspace archives their logs name are in no workspace store looked in "
+        "(each sample's explanation lists those)",
+        f"once a store holds them (mount it where the logs say, or name its directory in "
+        f"{WORKSPACE_STORES_ENV}; if no store has them any more, re-run their generation)",
+    ),
 }
 
 
@@ -104,9 +122,12 @@ def heal_lines(
     for u in unscored:
         by_reason[u.reason] = by_reason.get(u.reason, 0) + u.samples
     counts = ", ".join(f"{why} {n}" for why, n in sorted(by_reason.items()))
-    causes = "; ".join(_CAUSE.get(why, (why, ""))[0] for why in sorted(by_reason))
-    when = _CAUSE.get(next(iter(by_reason)), ("", ""))[1] if len(by_reason) == 1 else ""
-    when = when or "once that is fixed"
+    if len(by_reason) == 1:
+        cause, when = _cause(next(iter(by_reason)))
+        causes, when = cause, when or "once that is fixed"
+    else:  # each cause with when grading again will work
+        causes = "; ".join(" — ".join(filter(None, _cause(why))) for why in sorted(by_reason))
+        when = "once that is done"
     scorers = sorted({u.scorer for u in unscored})
     heal = ["rescore", "--db", str(db), "--retry-unscored"]
     for name in scorers:
@@ -120,3 +141,8 @@ def heal_lines(
     if gate:
         lines.append("  " + command(*gate))
     return lines
+
+
+def _cause(reason: str) -> tuple[str, str]:
+    """(why samples are unscored for `reason`, when grading them again will work)."""
+    return _CAUSE.get(reason, (f"reason {reason} (each sample's explanation says more)", ""))

@@ -33,7 +33,16 @@ from sweeps.mock_server import scripted_server
 from warehouse.commands import command, program
 from warehouse.heal import unscored_in_rows
 
-__all__ = ["DEMO_MODELS", "DemoTask", "demo_config", "demo_tasks", "register", "run_demo"]
+__all__ = [
+    "DEMO_MODELS",
+    "METRICS_SQL",
+    "DemoTask",
+    "demo_config",
+    "demo_tasks",
+    "next_commands",
+    "register",
+    "run_demo",
+]
 
 # (model id served locally, which problems it gets wrong: index % mod == rem)
 DEMO_MODELS = {"demo-v1": (3, 0), "demo-v2": (5, 1)}
@@ -169,23 +178,32 @@ def run_demo(directory: Path) -> int:
             "  # `gradebook` is not on your PATH: `source .venv/bin/activate` puts it there",
             markup=False,
         )
-    print_commands(
-        command(
-            "sql",
-            "--db",
-            db,
-            "SELECT model, task, scorer, accuracy, n_scored, n_unscored FROM run_metrics",
-        ),
+    print_commands(*next_commands(db))
+    if any(g.log is None for g in result.generations):
+        return 2
+    return 0
+
+
+# run_metrics has a row per verifier fingerprint: after a re-score, the older fingerprint's rows
+# would read as duplicates of the current ones
+METRICS_SQL = (
+    "SELECT model, task, scorer, accuracy, n_scored, n_unscored FROM run_metrics "
+    "SEMI JOIN current_verifiers USING (scorer, fingerprint) ORDER BY model, task"
+)
+
+
+def next_commands(db: Path) -> list[str]:
+    """The demo's "Next:" lines: commands that run as printed, and comments."""
+    return [
+        "# accuracy under each verifier's current code (run_metrics keeps every version's):",
+        command("sql", "--db", db, METRICS_SQL),
         command("verifiers", "--db", db),
         "# edit a verifier (e.g. scorers/math/grader.py), then re-grade every saved sample:",
         command("rescore", "--db", db, "--dry-run"),
         command("rescore", "--db", db),
         command("sql", "--db", db, "--format", "line", "SELECT * FROM grade_flips"),
         command("report", "--db", db),
-    )
-    if any(g.log is None for g in result.generations):
-        return 2
-    return 0
+    ]
 
 
 def demo(

@@ -485,13 +485,8 @@ def score(
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    table = Table(title="scores written", title_justify="left")
-    for col in ("run", "scorer", "written", "retried", "scored", "correct", "unscored", "error"):
-        table.add_column(col)
-    for s in summaries:
-        table.add_row(s.run_id[:12], shown(s.scorer), str(s.written), str(s.retried), str(s.scored),
-                      str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
-    console.print(table)
+    if summaries:  # none: stopped before grading, or nothing readable; the lines below say so
+        console.print(_written_table(summaries))
     if summaries.stopped is not None:
         from flows.runtime.interrupts import exit_code
 
@@ -512,6 +507,17 @@ def score(
     _print_problems(summaries.problems)
     if summaries.problems:
         raise typer.Exit(2)
+
+
+def _written_table(summaries: list[Any]) -> Table:
+    """What `score` wrote, one row per (run, verifier)."""
+    table = Table(title="scores written", title_justify="left")
+    for col in ("run", "scorer", "written", "retried", "scored", "correct", "unscored", "error"):
+        table.add_column(col)
+    for s in summaries:
+        table.add_row(s.run_id[:12], shown(s.scorer), str(s.written), str(s.retried), str(s.scored),
+                      str(s.correct), str(s.unscored), str(s.error))  # fmt: skip
+    return table
 
 
 def _print_problems(problems: list[str]) -> None:

@@ -6,6 +6,7 @@ address that cannot be bound), reported as one line on stderr.
 
 from __future__ import annotations
 
+import errno
 import signal
 from typing import Annotated
 
@@ -80,15 +81,8 @@ def serve(
         raise _fail(f"--connections must be at least 1, not {connections}")
     if not 0 < read_timeout < float("inf"):
         raise _fail(f"--read-timeout must be a number of seconds above 0, not {read_timeout:g}")
-    if verifier == "unit_tests":
-        from scorers.sandbox.pool import sandbox_down
-
-        down = sandbox_down()
-        if down:
-            typer.echo(f"warning: {down}; code samples are unscored until it is up", err=True)
-    typer.echo(f"starting the {verifier} verifier's workers...", err=True)
-    warm_up(verifier)
     try:
+        # bound first: a port in use is one line, before any worker starts (seconds, for math)
         server = RewardServer(
             reward,
             host,
@@ -97,9 +91,19 @@ def serve(
             log=lambda line: typer.echo(line, err=True),
         )
     except OSError as exc:
-        raise _fail(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc} (pick another --port)"
-        ) from None
+        # socket.create_server's words repeat the address this line gives already
+        why = (exc.strerror or str(exc)).split(" (while attempting to bind", 1)[0]
+        # not this machine's address, or no address at all (a name that does not resolve)
+        fix = "--host" if (exc.errno or 0) < 0 or exc.errno == errno.EADDRNOTAVAIL else "--port"
+        raise _fail(f"cannot listen on {host}:{port}: {why} (pick another {fix})") from None
+    if verifier == "unit_tests":
+        from scorers.sandbox.pool import sandbox_down
+
+        down = sandbox_down()
+        if down:
+            typer.echo(f"warning: {down}; code samples are unscored until it is up", err=True)
+    typer.echo(f"starting the {verifier} verifier's workers...", err=True)
+    warm_up(verifier)
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(f"warning: listening on {host} without authentication", err=True)
     typer.echo(

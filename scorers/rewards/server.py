@@ -151,6 +151,8 @@ class RewardServer:
         log: Callable[[str], None] = print,
         report_every_s: float = 30.0,
     ) -> None:
+        # first: an address that cannot be bound fails before anything else is made
+        self._sock = _listen(host, port)
         self.reward = reward
         self.limits = limits or ServerLimits()
         self.log = log
@@ -166,7 +168,6 @@ class RewardServer:
         self._reported = dict(self._counts)
         self._report_every_s = report_every_s
         self._stop = threading.Event()
-        self._sock = _listen(host, port)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
