@@ -13,9 +13,9 @@ from JUDGE_BASE_URL, as Inspect reads it for `openai-api/judge/...`).
 
 Rows:
   - judge throughput on a 100-sample log (a team re-judging yesterday's small runs), every
-    judge call answered, the median of 3 alternating pairs (--quick: 1). Bar: >= 1.5x
-    `inspect score`. Fixed costs are most of both commands here: start-up, imports, the
-    judge's first build.
+    judge call answered, the median of 3 alternating pairs (--quick: 1). Bar: >= 1.1x
+    `inspect score`, cold (issue 38: both commands pay Inspect's import and start-up hooks,
+    most of either run; no grading process outlives the command to hide them).
   - judge throughput (samples/s) on the full log (20,000 samples), every judge call answered.
     Bar: >= 3x `inspect score`. Below ~20,000 samples this bar is under Inspect's own floor
     (its import, and the 3 s minimum backoff of a failed call), so it is set at 20,000.
@@ -349,7 +349,7 @@ def main() -> None:
     rows = [
         Row(f"judge throughput, {SMALL_N}-sample log, 50 ms judge (median of "
             f"{len(small_pairs)}, taking turns)", SMALL_N / g_s, "samples/s", "inspect score",
-            SMALL_N / a_s, a_s / g_s, ">= 1.5x inspect score", a_s / g_s >= 1.5),
+            SMALL_N / a_s, a_s / g_s, ">= 1.1x inspect score, cold", a_s / g_s >= 1.1),
     ]  # fmt: skip
     if not args.quick:
         a_ok, g_ok = sides["inspect score"], sides["gradebook score"]
