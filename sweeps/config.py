@@ -596,7 +596,7 @@ def _resolve_verifiers(
             where = f"{source}: tasks[{index}] ({task.task}).verifiers"
             plain_name = isinstance(entry, str) and "/" not in entry and not entry.endswith(".py")
             if plain_name and str(exc).startswith("unknown verifier"):
-                from scorers.inspect_scorers.factories import did_you_mean
+                from scorers.inspect_scorers.specs import did_you_mean
                 from scorers.registry import all_verifiers
 
                 known = sorted(n for n, v in all_verifiers().items() if v.spec is None)

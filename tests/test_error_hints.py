@@ -116,3 +116,37 @@ def test_a_verifier_module_that_exits_at_import_is_named_exit_2(
     line = _error_line(runner.invoke(app, args))
     assert "--verifier-module quits_at_import: importing it raised " + raised in line
     assert "quits_at_import.py:" in line  # where it raised
+
+
+def test_an_unknown_verifier_is_said_without_loading_every_installed_package_again(
+    swept: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The installed packages' scorer names are kept per environment: the second command
+    naming a scorer none of them provides says so without importing their registries."""
+    import os
+    import subprocess
+    import sys
+
+    log, db = swept
+    code = (
+        "import sys\nimport flows.cli._app as app\nfrom flows.cli import main\n"
+        "app._exit = lambda code: None  # report below, not os._exit\n"
+        f"sys.argv = ['gradebook', 'score', {str(log)!r}, '--db', {str(db)!r}, "
+        "'--verifier', 'exactt']\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'inspect_evals'})\n"
+        "print('RESULT', code, loaded)\n"
+    )
+    env = {**os.environ, "GRADEBOOK_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run() -> tuple[str, str]:
+        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        [result] = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT")]
+        return result, done.stderr
+
+    first, err = run()
+    assert first.startswith("RESULT 2") and "did you mean 'exact'" in err
+    second, err = run()
+    assert second == "RESULT 2 []", second  # no package's registry imported this time
+    assert "unknown verifier 'exactt' (did you mean 'exact'?)" in err

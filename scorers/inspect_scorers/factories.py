@@ -21,14 +21,7 @@ from typing import Any
 
 from scorers.identity import loaded_code
 
-__all__ = [
-    "ScorerSpec",
-    "SpecError",
-    "did_you_mean",
-    "file_module_name",
-    "load_scorer_file",
-    "resolve_factory",
-]
+__all__ = ["ScorerSpec", "SpecError", "file_module_name", "load_scorer_file", "resolve_factory"]
 
 _FILE_MODULE_PREFIX = "gradebook_scorer_file_"
 TRUSTED_FILES: set[str] = set()  # file paths this process loaded because the user named them
@@ -143,31 +136,12 @@ def resolve_factory(spec: ScorerSpec) -> tuple[Any, str, str]:
                 "not installed; install it, or pass --verifier NAME"
             )
         raise SpecError(
-            f"unknown verifier {spec.scorer!r}{did_you_mean(spec.scorer)}: not a gradebook "
-            "verifier, an Inspect built-in scorer or a scorer of an installed package; if a "
-            f"task file defines it, pass --verifier-module FILE.py@{spec.scorer.rsplit('/', 1)[-1]}"
+            f"unknown verifier {spec.scorer!r}: not a gradebook verifier, an Inspect built-in "
+            "scorer or a scorer of an installed package; if a task file defines it, pass "
+            f"--verifier-module FILE.py@{spec.scorer.rsplit('/', 1)[-1]}"
         )
     module = getattr(factory, "__module__", "") or ""
     return factory, registry_info(factory).name, module
-
-
-def did_you_mean(name: str) -> str:
-    """ " (did you mean 'math'?)": the known verifier and scorer names closest to `name` (the
-    registry's, and Inspect's scorers registered so far); empty when none is close."""
-    import difflib
-
-    from inspect_ai._util.registry import registry_find, registry_info
-
-    from scorers.registry import all_verifiers
-
-    known = set(all_verifiers())
-    for found in registry_find(lambda info: info.type == "scorer"):
-        qualified = registry_info(found).name
-        if not qualified.rsplit("/", 1)[-1].startswith("_"):
-            known.add(qualified.removeprefix("inspect_ai/"))
-    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.75)
-    # warehouse.error_text.did_you_mean words it the same; that floor is above this one
-    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def _installed_module(module: str) -> bool:
@@ -212,8 +186,7 @@ def load_scorer_file(path: str) -> Any:
         sys.path.append(directory)
     try:
         module = loaded_code.load_file(name, path)
-    # sys.exit() at import included: the file is named, the command never ends silently
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a user's file that fails to import
         raise SpecError(
             f"importing {path} raised {type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:200] if str(exc) else ''}; fix the file"

@@ -28,7 +28,16 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OWN_SCORER_MODULES", "import_installed", "is_installed", "module_name", "scorer_in"]
+__all__ = [
+    "OWN_SCORER_MODULES",
+    "import_installed",
+    "import_own",
+    "is_installed",
+    "known_scorer_names",
+    "module_name",
+    "remember_scorer_names",
+    "scorer_in",
+]
 
 # the modules defining gradebook's Inspect scorers (the bundled tasks' own), imported by
 # gradebook's entry point so that each resolves by its registry name in any process
@@ -132,3 +141,76 @@ def _entry_point_packages() -> dict[str, tuple[Path, ...]]:
         locations = getattr(spec, "submodule_search_locations", None) or []
         found[top] = tuple(Path(d).resolve() for d in locations)
     return found
+
+
+def import_own() -> None:
+    """Import gradebook's own scorer modules (what its entry point registers), by name."""
+    for module in OWN_SCORER_MODULES:
+        import_installed(module)
+
+
+# The scorer names every installed Inspect entry point registers, per environment: loading
+# them all imports each package's whole registry (seconds: inspect_evals' alone takes 2-5 s),
+# which a command naming a scorer no package provides would pay only to say so.
+_NAMES_FILE = "installed-scorers-1.json"
+_NAMES_ENVS = 16
+
+
+def _environment_key() -> str:
+    import json
+    import sys
+
+    from scorers.identity.cache import sys_path_stamp
+
+    return json.dumps([sys.version, sys_path_stamp()], sort_keys=True)
+
+
+def known_scorer_names() -> frozenset[str] | None:
+    """The qualified registry names of the scorers the installed Inspect entry points register
+    in this environment, as seen when they were last loaded here (None: not known for this
+    environment; then they must be loaded). A cache: unreadable or foreign means None."""
+    import json
+
+    from scorers.identity.cache import cache_dir
+
+    try:
+        saved = json.loads((cache_dir() / _NAMES_FILE).read_text())
+        names = saved.get(_environment_key())
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return frozenset(names)
+
+
+def remember_scorer_names() -> None:
+    """Save the scorer names in Inspect's registry now (after every entry point was loaded)
+    for this environment; a failed write is ignored (a cache)."""
+    import json
+    import os
+    import tempfile
+
+    from inspect_ai._util.registry import registry_find, registry_info
+
+    from scorers.identity.cache import cache_dir
+
+    names = sorted({registry_info(o).name for o in registry_find(lambda i: i.type == "scorer")})
+    path = cache_dir() / _NAMES_FILE
+    try:
+        saved = json.loads(path.read_text())
+        saved = saved if isinstance(saved, dict) else {}
+    except (OSError, ValueError):
+        saved = {}
+    key = _environment_key()
+    saved.pop(key, None)
+    saved[key] = names
+    while len(saved) > _NAMES_ENVS:  # the oldest environments go first
+        saved.pop(next(iter(saved)))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".installed-scorers-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(saved, f)
+        os.replace(tmp, path)  # whole or not at all: another command may read it meanwhile
+    except OSError:
+        pass

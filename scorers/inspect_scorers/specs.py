@@ -50,6 +50,7 @@ from scorers.registry import Verifier, all_verifiers, register
 
 __all__ = [
     "GRADER_MODULE",
+    "did_you_mean",
     "ScorerSpec",
     "SpecError",
     "inspect_verifier_specs",
@@ -193,7 +194,19 @@ def resolve(spec: str | ScorerSpec, *, trusted: bool) -> Verifier:
             f"because a log or warehouse names it: pass --verifier-module {spec.file}@{spec.scorer}"
         )
     spec = _qualified(spec)
-    factory, registry_name, module = resolve_factory(spec)
+    try:
+        factory, registry_name, module = resolve_factory(spec)
+    except SpecError as exc:
+        # the close names, added here: the factories module is in every Inspect scorer's
+        # fingerprint, and a better error line must not re-grade (or re-judge) anything
+        unknown = f"unknown verifier {spec.scorer!r}"
+        text = str(exc)
+        if not spec.file and text.startswith(unknown + ":"):
+            raise SpecError(unknown + did_you_mean(spec.scorer) + text[len(unknown) :]) from None
+        raise
+    except (SystemExit, KeyboardInterrupt) as exc:  # a scorer file that exits at import
+        raised = " ".join(f"{type(exc).__name__}: {exc}".split()).removesuffix(":")
+        raise SpecError(f"importing {spec.file} raised {raised}; fix the file") from None
     _check_roles(spec, factory, registry_name, trusted=trusted)
     try:
         factory(**dict(spec.params))
@@ -321,7 +334,17 @@ def _qualified(spec: ScorerSpec) -> ScorerSpec:
     installed.import_installed(spec.module)
     if registry_lookup("scorer", spec.scorer) is not None:
         return spec
+    if "/" not in spec.scorer:
+        installed.import_own()
+        if registry_lookup("scorer", spec.scorer) is not None:
+            return spec
+        known = installed.known_scorer_names()
+        if known is not None and spec.scorer not in {n.rsplit("/", 1)[-1] for n in known}:
+            # no installed package provides it (as their entry points said in this
+            # environment): the lookup that follows says so now, without loading them all
+            return spec
     ensure_entry_points()  # every installed package's Inspect entry point
+    installed.remember_scorer_names()
     if "/" in spec.scorer or registry_lookup("scorer", spec.scorer) is not None:
         return spec
     found = sorted(
@@ -455,3 +478,21 @@ def _unique(name: str, used: list[str]) -> str:
         out, n = f"{name}{n}", n + 1
     used.append(out)
     return out
+
+
+def did_you_mean(name: str) -> str:
+    """ " (did you mean 'math'?)": the known verifier and scorer names closest to `name` (the
+    registry's, Inspect's scorers registered so far, and those the installed packages register
+    here); empty when none is close."""
+    import difflib
+
+    from inspect_ai._util.registry import registry_find, registry_info
+
+    known = set(all_verifiers())
+    registered = [registry_info(o).name for o in registry_find(lambda i: i.type == "scorer")]
+    for qualified in {*registered, *(installed.known_scorer_names() or ())}:
+        if not qualified.rsplit("/", 1)[-1].startswith("_"):
+            known.add(qualified.removeprefix("inspect_ai/"))
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.75)
+    # warehouse.error_text.did_you_mean words it the same; that floor is above this one
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
