@@ -1,11 +1,14 @@
 """The local OpenAI-compatible server (flows/mock_server.py) under the load of a log build, and
 what its callers see when it stops or when a wait on it stalls. Real HTTP on 127.0.0.1, the
-openai client Inspect uses, real Inspect eval() runs."""
+openai client Inspect uses, real Inspect eval() runs; the first `benchmarks/judge_scoring.py`
+run (no cached logs) hung building its second log until the fix tested last here."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,11 +19,13 @@ import pytest
 from inspect_ai import Task
 from inspect_ai import eval as inspect_eval
 from inspect_ai.dataset import Sample
+from inspect_ai.log import read_eval_log
 from inspect_ai.model import get_model
 from inspect_ai.solver import generate
 
 from flows.mock_server import Stalled, scripted_server, watchdog
 
+ROOT = Path(__file__).resolve().parents[1]
 CONNECTIONS = 64  # what the benchmark's log build opens (max_connections=64)
 ROUNDS = 8  # requests on each connection after the first, all on the same kept-alive one
 WAIT_S = 120.0  # generous on a loaded 2-core machine; the stall this guards against was minutes
@@ -118,3 +123,27 @@ def test_a_watched_eval_that_gets_its_answers_runs_to_the_end(tmp_path: Path) ->
     assert sorted(s.output.completion for s in log.samples or []) == [
         f"m heard question {i}" for i in range(3)
     ]
+
+
+def test_two_benchmark_logs_built_in_one_process_each_get_their_own_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """benchmarks/judge_scoring.py with no cached logs builds two in one process, each against
+    a generation server of its own. The second eval once got the first one's memoized model,
+    bound to the stopped first server, and retried its port for ever, silently."""
+    monkeypatch.setattr(sys, "path", [str(ROOT), *sys.path])  # and what the script adds to it
+    bench = importlib.import_module("benchmarks.judge_scoring")
+    monkeypatch.setattr(bench, "STALL_S", 60.0)  # a stall ends the build with a SystemExit line
+    try:
+        paths = [bench.build_log(n, tmp_path) for n in (3, 4)]
+    finally:
+        sys.modules.pop("benchmarks.judge_scoring", None)
+    for n, path in zip((3, 4), paths, strict=True):
+        log = read_eval_log(str(path))
+        assert log.status == "success" and len(log.samples or []) == n
+        # no URL recorded: scoring rebuilds the log's model from GEN_BASE_URL, the server the
+        # benchmark counts generator calls on, not from this build's server (gone by then)
+        assert log.eval.model_base_url is None
+        assert [s.output.completion for s in sorted(log.samples or [], key=lambda s: s.id)] == [
+            bench._answer("gen", [{"content": bench._question(i)[0]}]) for i in range(1, n + 1)
+        ]
