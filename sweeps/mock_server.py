@@ -7,12 +7,18 @@ reply text, or an HTTP status code to fail that request with (e.g. 500, to test 
 
 `python -m sweeps.mock_server --port 8765` runs it as a judge a user can start and stop (the
 judge-outage walkthrough in docs/how-to/inspect-scorers.md).
+
+A caller that waits on it (a benchmark building a log with `eval()`) wraps the wait in
+`watchdog()`: when the server answers nothing for a bound, the wait ends with one line saying
+what waited and what the server saw, instead of sitting in Inspect's retry backoff for minutes.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,20 +27,39 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Script", "ScriptedServer", "judge_script", "main", "scripted_server"]
+__all__ = [
+    "Script",
+    "ScriptedServer",
+    "Stalled",
+    "judge_script",
+    "main",
+    "scripted_server",
+    "watchdog",
+]
 
 # (model name, chat messages as sent) -> reply text, an HTTP status code to fail with, or bytes
 # to send as the body of a 200 (a server answering garbage)
 Script = Callable[[str, list[dict[str, Any]]], "str | int | bytes"]
 
 
+# stopping, the longest wait for the answers being sent (a script may block on a test's event)
+STOP_WAIT_S = 5.0
+
+
 @dataclass
 class ScriptedServer:
-    """A running server; `base_url` ends in /v1 like vLLM's."""
+    """A running server; `base_url` ends in /v1 like vLLM's.
+
+    Besides the requests it answered, it keeps what a stalled caller needs to know: requests
+    being answered now (`in_flight`), connections open (`open_connections`, idle keep-alive
+    ones included) and when it last answered (`quiet_for`)."""
 
     base_url: str
     requests: list[tuple[str, int]] = field(default_factory=list)  # (model, status) per request
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _in_flight: int = field(default=0, repr=False)
+    _connections: set[socket.socket] = field(default_factory=set, repr=False)
+    _answered_at: float = field(default_factory=time.monotonic, repr=False)
 
     def record(self, model: str, status: int) -> None:
         with self._lock:
@@ -43,6 +68,57 @@ class ScriptedServer:
     def count(self, status: int | None = None) -> int:
         with self._lock:
             return sum(1 for _, s in self.requests if status is None or s == status)
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
+    def quiet_for(self) -> float:
+        """Seconds since the server last answered a request (or started)."""
+        with self._lock:
+            return time.monotonic() - self._answered_at
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        with self._lock:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._answered_at = time.monotonic()
+
+    def _opened(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(conn)
+
+    def _closed(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(conn)
+            self._lock.notify_all()
+
+    def _close_connections(self) -> None:
+        """Close every connection as a stopped server's clients see it: reading stops, so a
+        handler waiting for the next request on an idle keep-alive connection gets its end and
+        closes it, and one answering a request sends the answer, then closes. Returns when all
+        are closed (or after STOP_WAIT_S). Without it the handler threads outlive the server,
+        answering every client that kept a connection."""
+        with self._lock:
+            conns = list(self._connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass  # its client closed it meanwhile
+        with self._lock:
+            self._lock.wait_for(lambda: not self._connections, timeout=STOP_WAIT_S)
 
 
 def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
@@ -61,13 +137,21 @@ def _handler(script: Script, server: ScriptedServer, models: list[str]) -> type:
             self.wfile.write(data)
 
         def do_GET(self) -> None:  # noqa: N802
+            with server._answering():
+                self._get()
+
+        def do_POST(self) -> None:  # noqa: N802
+            with server._answering():
+                self._post()
+
+        def _get(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
                 data = [{"id": m, "object": "model", "owned_by": "gradebook"} for m in models]
                 self._send(200, {"object": "list", "data": data})
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
-        def do_POST(self) -> None:  # noqa: N802
+        def _post(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -126,6 +210,19 @@ class _Server(ThreadingHTTPServer):
     # a real server's backlog: with the default 5, a burst of 32 connections loses SYNs and
     # the clients' SYN retries (1, 3, 7 s) stall requests
     request_queue_size = 1024
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type, state: ScriptedServer) -> None:
+        self.state = state
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.state._opened(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.state._closed(request)
+        super().shutdown_request(request)
 
 
 @contextmanager
@@ -142,8 +239,7 @@ def scripted_server(
             same URL, as a restarted model server is.
     """
     state = ScriptedServer(base_url="")
-    httpd = _Server(("127.0.0.1", port), _handler(script, state, models or []))
-    httpd.daemon_threads = True
+    httpd = _Server(("127.0.0.1", port), _handler(script, state, models or []), state)
     state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     thread = threading.Thread(target=httpd.serve_forever, name="scripted-llm", daemon=True)
     thread.start()
@@ -152,6 +248,69 @@ def scripted_server(
     finally:
         httpd.shutdown()
         httpd.server_close()
+        state._close_connections()
+
+
+class Stalled(RuntimeError):
+    """A wait `watchdog()` ended: the server answered nothing for its bound. The message is
+    the line to show."""
+
+
+@contextmanager
+def watchdog(
+    server: ScriptedServer, *, waiting: str, quiet_s: float, until: int | None = None
+) -> Iterator[None]:
+    """Bound a wait on `server` (run in the main thread): when it answers no request for
+    `quiet_s` seconds before it has answered `until` of them (None: while the block runs), the
+    block is interrupted as Ctrl-C would (an Inspect `eval()` in it is cancelled) and Stalled
+    is raised, saying what waited and what the server saw.
+
+    Args:
+        server: the server the block's requests should reach.
+        waiting: what the block does, for the line ("eval() generating the 100-sample log").
+        quiet_s: the longest time without an answer that is not a stall.
+        until: requests after which the block has nothing more to ask (an eval writing its
+            log afterwards asks nothing and is not stalled).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("watchdog() interrupts the main thread: use it there")
+    started, main = time.monotonic(), threading.get_ident()
+    done, lock = threading.Event(), threading.Lock()
+    line: list[str] = []
+
+    def watch() -> None:
+        while not done.wait(min(1.0, quiet_s / 4)):
+            answered = server.count()
+            if until is not None and answered >= until:
+                return
+            if min(server.quiet_for(), time.monotonic() - started) <= quiet_s:
+                continue
+            with lock:
+                if done.is_set():
+                    return
+                line.append(
+                    f"{waiting}: stopped: {server.base_url} answered nothing for {quiet_s:g} s "
+                    f"({answered}{f' of {until}' if until else ''} requests answered, "
+                    f"{server.in_flight} being answered, {server.open_connections} connections "
+                    "open)"
+                )
+                signal.pthread_kill(main, signal.SIGINT)  # wakes the main thread's wait too
+            return
+
+    thread = threading.Thread(target=watch, name="scripted-llm-watchdog", daemon=True)
+    thread.start()
+    try:
+        try:
+            yield
+        finally:
+            with lock:  # from here on the watchdog interrupts nothing
+                done.set()
+    except BaseException:
+        if not line:
+            raise
+        raise Stalled(line[0]) from None  # what the interrupt did inside is ours, not news
+    if line:  # the block took the interrupt and returned (Inspect's eval() returns no logs)
+        raise Stalled(line[0])
 
 
 _SUBMISSION = re.compile(r"\[Submission\]:(.*?)\*{3,}", re.S)
