@@ -6,12 +6,14 @@ scores go through the real `Warehouse.write_scores` (which also records the flip
 `grade_flips` reads). The story: models improve night after night; at 60% of the nights a
 verifier edit that accepts "7.0" for 7 is re-scored over every earlier run and reverted within
 the minute; at 80% a second edit (the same leniency, for good) is re-scored over every run.
-One night has a grader outage: 5 samples per run unscored.
+One night has a grader outage: 5 samples per run unscored. A checkpoint sweep (`sweep`) can
+follow the nights: each checkpoint runs once per task, the later ones more accurate.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -63,8 +65,18 @@ def _grade(kind: str, fp: str, outage: bool, i: int) -> tuple[str, float | None,
     return "scored", 1.0 if ok else 0.0, "verified_equal" if ok else "mismatch"
 
 
-def build(root: Path, *, nights: int, models: list[str], tasks: list[str]) -> World:
-    """len(models) × len(tasks) runs per night for `nights` nights (one run each when 1)."""
+def build(
+    root: Path,
+    *,
+    nights: int,
+    models: list[str],
+    tasks: list[str],
+    sweep: Sequence[str] = (),
+    sweep_skips: Collection[tuple[str, str]] = (),
+) -> World:
+    """len(models) × len(tasks) runs per night for `nights` nights (one run each when 1); then
+    the checkpoints of `sweep` once per task, in order, the day after the last night (except
+    the (checkpoint, task) pairs of `sweep_skips`)."""
     rng = random.Random(7)
     wh = Warehouse(root / "history.duckdb")
     runs: list[Run] = []
@@ -75,8 +87,17 @@ def build(root: Path, *, nights: int, models: list[str], tasks: list[str]) -> Wo
                 created = START + timedelta(days=night, minutes=7 * t + m)
                 run = Run(f"run-{night:03d}-{m}-{t}", task, model, created, night)
                 runs.append(run)
-                skill = 0.3 + 0.5 * night / max(1, nights - 1) - 0.1 * m
+                skill = 0.3 + 0.5 * night / max(1, nights - 1) - 0.1 * (m % 3)
                 kinds[run.run_id] = _answers(rng, skill)
+    for c, ckpt in enumerate(sweep):
+        for t, task in enumerate(tasks):
+            if (ckpt, task) in sweep_skips:
+                continue
+            # a sweep runs its models one after another, each model's tasks side by side
+            created = START + timedelta(days=nights, minutes=2 * c, seconds=t)
+            run = Run(f"sweep-{c:03d}-{t}", task, ckpt, created, nights)
+            runs.append(run)
+            kinds[run.run_id] = _answers(rng, 0.15 + 0.7 * c / max(1, len(sweep) - 1))
     edit_night, second_night = int(nights * 0.6), int(nights * 0.8)
     edit_at = START + timedelta(days=edit_night, hours=12)
     revert_at = edit_at + timedelta(seconds=40)
@@ -144,8 +165,8 @@ def build(root: Path, *, nights: int, models: list[str], tasks: list[str]) -> Wo
         with wh.write() as con:
             con.execute("DELETE FROM wh.fingerprint_changes WHERE fingerprint <> ?", [FP_A])
         scores(FP_A, runs)
-        return World(wh.path, runs, nights, models, tasks, edit_at, revert_at, second_at)
+        return World(wh.path, runs, nights, [*models, *sweep], tasks, edit_at, revert_at, second_at)
     scores(FP_A, [r for r in runs if r.night < second_night])
     scores(FP_B, [r for r in runs if r.night <= edit_night], edit_at + timedelta(seconds=5))
     scores(FP_C, runs, second_at + timedelta(seconds=5))
-    return World(wh.path, runs, nights, models, tasks, edit_at, revert_at, second_at)
+    return World(wh.path, runs, nights, [*models, *sweep], tasks, edit_at, revert_at, second_at)

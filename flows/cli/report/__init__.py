@@ -1,5 +1,7 @@
 """`gradebook report`: a self-contained HTML page of a run's gates, metrics and grade flips.
 
-- `summary`: what the report shows, read from the warehouse's views;
+- `data`: what the report shows, as plain data;
+- `summary`: fills it from the warehouse's views;
+- `charts`: the score history and coverage charts (plotly figures);
 - `html`: the page itself (no network: everything is inlined).
 """

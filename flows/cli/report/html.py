@@ -1,11 +1,12 @@
 """Render the score-history report: one self-contained HTML file that opens offline.
 
-Pure rendering from `ReportData`; the queries that fill it live in flows/cli/report/summary.py. Every
-string that came from a model or a log is escaped here: model output is hostile, and a
-report is opened in a browser.
+Pure rendering from `ReportData` (flows/cli/report/data.py); the queries that fill it live in
+flows/cli/report/summary.py, the charts in flows/cli/report/charts.py. Every string that came
+from a model or a log is escaped here: model output is hostile, and a report is opened in a
+browser.
 
 Why the page is the size it is: plotly.js is 4.8 MB minified, the bulk of any page that inlines
-it (the data of a few hundred runs is tens of kilobytes). It is inlined gzip-compressed and
+it (the data of a few hundred runs is a few hundred kilobytes). It is inlined gzip-compressed and
 base64-encoded (about 2 MB) and unpacked by the browser's own `DecompressionStream`, so the page
 still needs no network and no server, and always carries the plotly.js of the installed plotly.
 """
@@ -16,155 +17,26 @@ import base64
 import gzip
 import html
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from functools import cache
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
-from plotly.subplots import make_subplots
 
-__all__ = [
-    "CoverageRow",
-    "FingerprintChange",
-    "FlipRow",
-    "GateRow",
-    "HistoryPoint",
-    "ReportData",
-    "render_report",
-]
+from flows.cli.report.charts import (
+    DISTINCT_LOOKS,
+    SMALL_MULTIPLES_AFTER,
+    X_MODES,
+    HistoryChart,
+    coverage_figure,
+    history_charts,
+    models_in_order,
+)
+from flows.cli.report.data import ReportData
 
-# Okabe-Ito: distinguishable for colour-blind readers, and in greyscale print.
-_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
-_STATUS_COLOURS = {
-    "correct": "#009E73",
-    "wrong": "#56B4E9",
-    "unscored": "#E69F00",
-    "errored": "#D55E00",
-}
+__all__ = ["render_report"]
+
 _VERDICT_CLASS = {"pass": "pass", "fail": "fail", "cannot_evaluate": "na"}
-_CHANGE_COLOUR = "#555555"
-
-
-@dataclass(frozen=True)
-class HistoryPoint:
-    task: str
-    model: str
-    scorer: str
-    fingerprint: str
-    created: datetime
-    run_id: str
-    accuracy: float | None
-    accuracy_strict: float | None
-    n_samples: int
-
-
-@dataclass(frozen=True)
-class FlipRow:
-    """One sample whose verdict differs between the two fingerprints of a verifier change,
-    read from the version before the change (`old_*`) to the one after it (`new_*`)."""
-
-    scorer: str
-    run_id: str
-    sample_id: str
-    epoch: int
-    old_fingerprint: str
-    new_fingerprint: str
-    old_value: float | None
-    new_value: float | None
-    old_status: str
-    new_status: str
-    old_answer: str | None
-    new_answer: str | None
-    new_explanation: str | None
-    task: str = "?"
-    model: str = "?"
-
-
-@dataclass
-class FingerprintChange:
-    """A verifier's code changed (an edit, a revert): from `previous` to `fingerprint`.
-
-    Attributes:
-        registered: when a command first found the code at `fingerprint`.
-        revert: `fingerprint` was current before (an edit was undone).
-        flips: the samples whose verdict differs between the two versions (the first few).
-        n_flips: how many there are in all.
-        n_both: samples graded by both versions (0: no re-score since the change).
-    """
-
-    scorer: str
-    fingerprint: str
-    label: str
-    registered: datetime | None
-    previous: str | None = None
-    revert: bool = False
-    flips: list[FlipRow] = field(default_factory=list)
-    n_flips: int = 0
-    n_both: int = 0
-
-
-@dataclass(frozen=True)
-class GateRow:
-    run_id: str
-    task: str
-    model: str
-    verdict: str
-    created: datetime
-    failing: list[str]
-    accuracy: float | None
-    accuracy_strict: float | None
-    baseline_run_id: str | None = None
-
-
-@dataclass(frozen=True)
-class CoverageRow:
-    run_id: str
-    task: str
-    model: str
-    scorer: str
-    fingerprint: str
-    n_samples: int
-    n_correct: int
-    n_scored: int
-    n_unscored: int
-    n_error: int
-    accuracy: float | None
-    accuracy_strict: float | None
-
-    @property
-    def n_missing(self) -> int:
-        return max(0, self.n_samples - self.n_scored - self.n_unscored - self.n_error)
-
-
-@dataclass
-class ReportData:
-    """Everything the report shows; each list may be empty (the section then says so).
-
-    `newest`: each scorer's newest fingerprint (the current code's), drawn in full colour;
-    older versions' history is drawn faded.
-    """
-
-    title: str = "gradebook report"
-    generated: datetime | None = None
-    warehouse: str = ""
-    history: list[HistoryPoint] = field(default_factory=list)
-    fingerprint_changes: list[FingerprintChange] = field(default_factory=list)
-    gates: list[GateRow] = field(default_factory=list)
-    coverage: list[CoverageRow] = field(default_factory=list)
-    newest: dict[str, str] = field(default_factory=dict)
-
-
-# The time axis is the data's span plus a margin; one run (or one sweep's runs, stamped within
-# seconds) gets an hour around it, so its ticks are minutes, not milliseconds or a whole day.
-_MIN_PAD = timedelta(minutes=30)
-_PAD_SHARE = 0.04
-# Pixel sizes of the history chart: a task's plot, and the room between two plots for the
-# lower one's title and the upper one's two-line date ticks.
-_PLOT_PX = 240
-_GAP_PX = 90
-_CHANGE_Y = 1.08  # where change markers sit: above every accuracy, below the chart's title
-FLIPS_SHOWN = 50  # per verifier change; the rest are one SQL query away
+_X_LABELS = {"models": "model order", "time": "time"}
 
 
 def _short(fp: str) -> str:
@@ -173,241 +45,6 @@ def _short(fp: str) -> str:
 
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"
-
-
-def _e(text: object) -> str:
-    """Text from a log or a model, for plotly's HTML-like labels and for the page."""
-    return html.escape(str(text))
-
-
-def _change_number(data: ReportData) -> dict[int, int]:
-    """id(change) -> its number in the changes table (1 = the oldest)."""
-    return {id(c): i for i, c in enumerate(data.fingerprint_changes, start=1)}
-
-
-def _time_range(data: ReportData) -> tuple[datetime, datetime] | None:
-    times = [p.created for p in data.history]
-    times += [c.registered for c in data.fingerprint_changes if c.registered is not None]
-    if not times:
-        return None
-    lo, hi = min(times), max(times)
-    pad = max((hi - lo) * _PAD_SHARE, _MIN_PAD)
-    return lo - pad, hi + pad
-
-
-def _history_figure(data: ReportData) -> go.Figure | None:
-    if not data.history:
-        return None
-    by_task: dict[str, list[HistoryPoint]] = defaultdict(list)
-    for p in data.history:
-        by_task[p.task].append(p)
-    tasks = sorted(by_task)
-    rows = len(tasks)
-    area = rows * _PLOT_PX + (rows - 1) * _GAP_PX
-    fig = make_subplots(
-        rows=rows,
-        cols=1,
-        subplot_titles=[_e(t) for t in tasks],
-        vertical_spacing=_GAP_PX / area if rows > 1 else 0.0,
-    )
-    several_scorers = len({p.scorer for p in data.history}) > 1
-    colour: dict[tuple[str, str], str] = {}
-    in_legend: set[str] = set()
-    numbers = _change_number(data)
-    x_range = _time_range(data)
-    for row, task in enumerate(tasks, start=1):
-        series: dict[tuple[str, str, str], list[HistoryPoint]] = defaultdict(list)
-        for p in by_task[task]:
-            series[(p.model, p.scorer, p.fingerprint)].append(p)
-        # the current code's lines last, so they are drawn over the faded older versions
-        order = sorted(series, key=lambda k: (data.newest.get(k[1]) == k[2], k))
-        for model, scorer, fp in order:
-            points = sorted(series[(model, scorer, fp)], key=lambda p: p.created)
-            c = colour.setdefault((model, scorer), _PALETTE[len(colour) % len(_PALETTE)])
-            name = f"{model} · {scorer}" if several_scorers else model
-            current = data.newest.get(scorer, fp) == fp
-            version = "current verifier" if current else "older verifier version"
-            hover = [
-                f"{_e(model)} · run {_e(p.run_id)}<br>{p.created:%Y-%m-%d %H:%M}<br>"
-                f"strict {_pct(p.accuracy_strict)} · over scored {_pct(p.accuracy)}<br>"
-                f"{p.n_samples} samples · {_e(scorer)} @ {_e(_short(fp))} ({version})"
-                for p in points
-            ]
-            opacity = 1.0 if current else 0.3
-            fig.add_trace(
-                go.Scatter(
-                    x=[p.created for p in points],
-                    y=[p.accuracy_strict for p in points],
-                    mode="lines+markers",
-                    name=_e(name),
-                    legendgroup=name,
-                    showlegend=name not in in_legend,
-                    line={"color": c, "width": 2 if current else 1},
-                    marker={"size": 6 if len(points) > 1 else 9},
-                    opacity=opacity,
-                    hovertext=hover,
-                    hoverinfo="text",
-                    meta="strict" if current else "strict-older",
-                ),
-                row=row,
-                col=1,
-            )
-            in_legend.add(name)
-            if any(p.accuracy != p.accuracy_strict for p in points):
-                # dotted beside solid: an outage that leaves samples unscored shows as the gap
-                fig.add_trace(
-                    go.Scatter(
-                        x=[p.created for p in points],
-                        y=[p.accuracy for p in points],
-                        mode="lines",
-                        name=_e(f"{name} (over scored)"),
-                        legendgroup=name,
-                        showlegend=False,
-                        line={"color": c, "dash": "dot", "width": 1.5},
-                        opacity=opacity,
-                        hovertext=hover,
-                        hoverinfo="text",
-                        meta="over-scored",
-                    ),
-                    row=row,
-                    col=1,
-                )
-        _draw_changes(fig, data, row, {p.scorer for p in by_task[task]}, numbers)
-        fig.update_yaxes(
-            range=[-0.03, _CHANGE_Y + 0.06],
-            tickvals=[0, 0.25, 0.5, 0.75, 1],
-            tickformat=".0%",
-            title_text="accuracy",
-            row=row,
-            col=1,
-        )
-        fig.update_xaxes(
-            type="date",
-            range=list(x_range) if x_range else None,
-            showticklabels=True,
-            hoverformat="%Y-%m-%d %H:%M:%S",
-            row=row,
-            col=1,
-        )
-    fig.update_layout(
-        height=area + 100,
-        margin={"l": 70, "r": 20, "t": 40, "b": 60},
-        legend={"title": {"text": "model"}, "tracegroupgap": 4},
-        hovermode="closest",
-        template="plotly_white",
-    )
-    return fig
-
-
-def _draw_changes(
-    fig: go.Figure, data: ReportData, row: int, scorers: set[str], numbers: dict[int, int]
-) -> None:
-    """A dashed vertical line and a marker (hover: what changed) per verifier change.
-
-    Markers, not text labels: an edit and its revert a minute apart would stack their labels
-    on each other and on the chart's title; the table under the chart says the rest.
-    """
-    changes = [c for c in data.fingerprint_changes if c.scorer in scorers and c.registered]
-    if not changes:
-        return
-    xref = "x" if row == 1 else f"x{row}"
-    yref = "y domain" if row == 1 else f"y{row} domain"
-    for change in changes:
-        # add_vline's annotation arithmetic breaks on datetime axes; draw it by hand
-        fig.add_shape(
-            type="line",
-            x0=change.registered,
-            x1=change.registered,
-            y0=0,
-            y1=1,
-            xref=xref,
-            yref=yref,
-            layer="below",
-            line={"color": _CHANGE_COLOUR, "dash": "dash", "width": 1},
-        )
-    groups = _nearby(changes, _time_range(data))
-    fig.add_trace(
-        go.Scatter(
-            x=[g[0].registered for g in groups],
-            y=[_CHANGE_Y] * len(groups),
-            mode="markers",
-            name="verifier changed",
-            legendgroup="verifier changed",
-            showlegend=not any(t.legendgroup == "verifier changed" for t in fig.data),
-            marker={"symbol": "triangle-down", "size": 11, "color": _CHANGE_COLOUR},
-            hovertext=["<br>".join(_change_hover(c, numbers[id(c)]) for c in g) for g in groups],
-            hoverinfo="text",
-            meta="changes",
-        ),
-        row=row,
-        col=1,
-    )
-
-
-def _nearby(
-    changes: list[FingerprintChange], x_range: tuple[datetime, datetime] | None
-) -> list[list[FingerprintChange]]:
-    """Changes closer than a hundredth of the axis to the previous one share a marker (an edit
-    and its revert a minute apart would draw one marker over the other and hover as one)."""
-    close = (x_range[1] - x_range[0]) / 100 if x_range else timedelta(0)
-    groups: list[list[FingerprintChange]] = []
-    for c in sorted(changes, key=lambda c: c.registered or datetime.min):
-        last = groups[-1][-1].registered if groups else None
-        if last is not None and c.registered is not None and c.registered - last <= close:
-            groups[-1].append(c)
-        else:
-            groups.append([c])
-    return groups
-
-
-def _change_hover(change: FingerprintChange, number: int) -> str:
-    kind = "revert" if change.revert else "edit"
-    flips = (
-        f"{change.n_flips} sample(s) flipped"
-        if change.n_both
-        else "not re-scored yet: no sample graded by both versions"
-    )
-    when = f"{change.registered:%Y-%m-%d %H:%M:%S}" if change.registered else "?"
-    return (
-        f"#{number} {_e(change.scorer)} {kind}: {_e(_short(change.previous or '?'))} → "
-        f"{_e(_short(change.fingerprint))} · {when} · {flips}"
-    )
-
-
-def _coverage_figure(data: ReportData) -> go.Figure | None:
-    if not data.coverage:
-        return None
-    rows = sorted(data.coverage, key=lambda r: (r.task, r.model, r.scorer))
-    labels = [_e(f"{r.task} · {r.model} · {r.scorer}") for r in rows]
-    parts = [
-        ("correct", [r.n_correct for r in rows]),
-        ("wrong", [r.n_scored - r.n_correct for r in rows]),
-        ("unscored", [r.n_unscored + r.n_missing for r in rows]),
-        ("errored", [r.n_error for r in rows]),
-    ]
-    fig = go.Figure()
-    for name, values in parts:
-        fig.add_trace(
-            go.Bar(
-                y=labels,
-                x=values,
-                name=name,
-                orientation="h",
-                marker={"color": _STATUS_COLOURS[name]},
-                text=[str(v) if v else "" for v in values],
-                textposition="inside",
-            )
-        )
-    fig.update_layout(
-        barmode="stack",
-        height=max(220, 32 * len(rows) + 120),
-        margin={"l": 20, "r": 20, "t": 30, "b": 40},
-        xaxis_title="samples",
-        yaxis={"automargin": True, "autorange": "reversed"},
-        template="plotly_white",
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},
-    )
-    return fig
 
 
 def _figure_html(fig: go.Figure | None, div_id: str, empty: str) -> str:
@@ -572,10 +209,43 @@ def _history_note(data: ReportData) -> str:
         runs[(p.task, p.model)].add(p.run_id)
     if runs and max(len(r) for r in runs.values()) == 1:
         return (
-            '<p class="meta" id="one-run">Each task × model has one run so far: its line starts '
-            "with its second run.</p>"
+            '<p class="meta" id="one-run">Each task × model has one run so far: one point '
+            "per model; a model's line starts with its second run.</p>"
         )
     return ""
+
+
+def _history_section(data: ReportData, charts: list[HistoryChart]) -> str:
+    """The x-axis toggle and one chart per task (each carrying a figure per x-axis mode); past
+    a handful of models, the charts sit side by side as small multiples."""
+    if not charts:
+        return '<p class="empty">No score history yet.</p>'
+    models = models_in_order(data.history)
+    toggle = "".join(
+        f'<label><input type="radio" name="x-axis" value="{m}"'
+        f"{' checked' if m == X_MODES[0] else ''}> {_X_LABELS[m]}</label>"
+        for m in X_MODES
+    )
+    note = ""
+    if len(models) > DISTINCT_LOOKS:
+        note = (
+            f'<p class="meta" id="looks-repeat">{len(models)} models: more than the '
+            f"{DISTINCT_LOOKS} distinct colour × marker pairs, so some models share a look; "
+            "hover a point for its model.</p>"
+        )
+    layout = "grid" if len(models) > SMALL_MULTIPLES_AFTER else "stack"
+    divs = []
+    for i, chart in enumerate(charts, start=1):
+        figures = ",".join(f'"{m}":{fig.to_json()}' for m, fig in chart.figures.items())
+        div_id = f"history-chart-{i}"
+        divs.append(
+            f'<div id="{div_id}" class="chart" data-task="{html.escape(chart.task)}"></div>'
+            f'<script type="application/json" data-chart="{div_id}">{{{figures}}}</script>'
+        )
+    return (
+        f'<fieldset class="x-axis"><legend>x-axis:</legend>{toggle}</fieldset>{note}'
+        f'<div id="history-chart" class="charts {layout}">{"".join(divs)}</div>'
+    )
 
 
 @cache
@@ -584,7 +254,9 @@ def _plotly_gzip_b64() -> str:
 
 
 # Unpack plotly.js (gzip, base64) with the browser's own DecompressionStream, then draw every
-# chart whose figure the page carries. `document.body.dataset.charts` says when it is done.
+# chart whose figure the page carries. A history chart carries one figure per x-axis mode: the
+# toggle (or the address's #x=time) picks one. `document.body.dataset.charts` says when the
+# page is drawn, `dataset.xaxis` which mode the history charts show.
 _LOADER = """
 (async () => {
   const packed = document.getElementById("plotly-js-gzip").textContent;
@@ -594,10 +266,27 @@ _LOADER = """
   const tag = document.createElement("script");
   tag.textContent = code;
   document.head.appendChild(tag);
+  const config = {responsive: true, displaylogo: false};
+  const modal = [];
   for (const el of document.querySelectorAll("script[data-chart]")) {
     const fig = JSON.parse(el.textContent);
-    await Plotly.newPlot(el.dataset.chart, fig.data, fig.layout,
-                         {responsive: true, displaylogo: false});
+    if (fig.data) await Plotly.newPlot(el.dataset.chart, fig.data, fig.layout, config);
+    else modal.push([el.dataset.chart, fig]);
+  }
+  const inputs = [...document.querySelectorAll('input[name="x-axis"]')];
+  const modes = inputs.map((i) => i.value);
+  const draw = async (mode) => {
+    for (const [id, figs] of modal) await Plotly.react(id, figs[mode].data, figs[mode].layout, config);
+    for (const i of inputs) i.checked = i.value === mode;
+    document.body.dataset.xaxis = mode;
+  };
+  const asked = (location.hash.match(/x=(\\w+)/) || [])[1];
+  await draw(modes.includes(asked) ? asked : modes[0]);
+  for (const i of inputs) {
+    i.addEventListener("change", () => {
+      try { history.replaceState(null, "", "#x=" + i.value); } catch (e) { /* file: URL */ }
+      draw(i.value);
+    });
   }
   document.body.dataset.charts = "drawn";
 })().catch((err) => {
@@ -622,14 +311,18 @@ td.flip-right{background:#d9f2e4}td.flip-wrong{background:#f8d7d3}
 td.flip-unscored,td.flip-error{background:#fdebc8}
 details{margin:.4em 0}summary{cursor:pointer}
 .meta{color:#666;font-size:.9em}code{font-size:.9em}
+fieldset.x-axis{border:0;padding:0;margin:.4em 0;font-size:.9em}
+fieldset.x-axis legend{float:left;padding:0 .5em 0 0}fieldset.x-axis label{margin-right:1em}
+.charts.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(560px,100%),1fr));
+gap:12px 20px}.charts>.chart{min-width:0;margin-bottom:8px}
 """
 
 
 def render_report(data: ReportData) -> str:
     """The whole report as one HTML document that needs no server and no network."""
     generated = f"{data.generated:%Y-%m-%d %H:%M %Z}" if data.generated else ""
-    history = _history_figure(data)
-    coverage = _coverage_figure(data)
+    history = history_charts(data)
+    coverage = coverage_figure(data.coverage, models_in_order(data.history))
     sections = [
         "<h2>Latest gate verdicts</h2>",
         _gates_table(data),
@@ -638,17 +331,19 @@ def render_report(data: ReportData) -> str:
         "samples count as wrong in the strict accuracy.</p>",
         _figure_html(coverage, "coverage-chart", "No scored run yet."),
         "<h2>Score history</h2>",
-        '<p class="meta">One chart per task, one colour per model. Solid: strict accuracy '
-        "(correct / samples); dotted, where it differs: accuracy over scored samples. Faded: "
-        "grades by an older version of the verifier. ▼ and a dashed line: the verifier's code "
-        "changed (an edit or a revert).</p>",
+        '<p class="meta">One chart per task; each model keeps its colour (and marker) on every '
+        "chart. x-axis: the models in the order they first ran, each model's runs oldest to "
+        "newest in its own slot, or (toggle) the time each run was created. Solid: strict "
+        "accuracy (correct / samples); dotted, where it differs: accuracy over scored samples. "
+        "Faded: grades by an older version of the verifier. ▼ (and a dashed line, on a chart "
+        "with few): the verifier's code changed (an edit or a revert) between two runs.</p>",
         _history_note(data),
-        _figure_html(history, "history-chart", "No score history yet."),
+        _history_section(data, history),
         _changes_table(data),
         "<h2>Samples that flipped at each verifier change</h2>",
         _flips_section(data),
     ]
-    charts = history is not None or coverage is not None
+    charts = bool(history) or coverage is not None
     loader = (
         f'<script id="plotly-js-gzip" type="application/octet-stream">{_plotly_gzip_b64()}'
         f"</script><script>{_LOADER}</script>"

@@ -1,8 +1,9 @@
 """`gradebook report`: read the warehouse views and write one self-contained HTML report.
 
-The queries are here; the rendering is flows/cli/report/html.py. Only documented views are read
-(runs, score_history, fingerprint_order, fingerprint_changes, latest_gates, run_metrics,
-grade_flips, current_scores), so the report shows exactly what a user gets from SQL. "Newest"
+The queries are here; the rendering is flows/cli/report/html.py (its charts: charts.py). Only
+documented views are read (runs, score_history, fingerprint_order, fingerprint_changes,
+latest_gates, run_metrics, grade_flips, current_scores), so the report shows exactly what a
+user gets from SQL. "Newest"
 fingerprint is `fingerprint_order.newest`: the current code's, as the gate uses.
 
 Inspect stamps a run's `created` to the second, so runs of one sweep tie: wherever the report
@@ -20,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from flows.cli.report.html import (
+from flows.cli.report.data import (
     FLIPS_SHOWN,
     CoverageRow,
     FingerprintChange,
@@ -28,8 +29,8 @@ from flows.cli.report.html import (
     GateRow,
     HistoryPoint,
     ReportData,
-    render_report,
 )
+from flows.cli.report.html import render_report
 from warehouse import Warehouse
 
 __all__ = ["collect_report", "write_report"]
