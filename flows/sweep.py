@@ -89,6 +89,9 @@ class SweepResult:
     rows: list[SummaryRow] = field(default_factory=list)
     dispatch: Any = None  # cluster mode: flows.cluster.dispatch.DispatchReport, per stage
     stopped: int | None = None  # the signal that stopped the sweep (flows.runtime.interrupts)
+    # the scored copies written for `inspect view` (config `scored_logs`), and why any is not
+    scored_logs: list[Path] = field(default_factory=list)
+    scored_problems: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -336,6 +339,8 @@ def sweep_flow(
         gates = run_gates(cfg, run_ids, fingerprints) if gate and run_ids and not stopped else {}
         result = SweepResult(cfg.name, generations, scores, gates, dispatch=dispatch)
         result.stopped = stopped
+        if cfg.scored_logs and cfg.cluster is None and not stopped:
+            result.scored_logs = _scored_copies(cfg, generations, result.scored_problems)
         result.rows = summarise(cfg, generations, fingerprints, gates, stopped=bool(stopped))
     if stopped is not None:
         # the run ends Cancelled; `run_sweep` hands its result back all the same
@@ -346,6 +351,24 @@ def sweep_flow(
             data=result,
         )
     return result
+
+
+def _scored_copies(
+    cfg: SweepConfig, generations: list[GenerationResult], problems: list[str]
+) -> list[Path]:
+    """A scored copy of each log the sweep generated, in `cfg.scored_log_dir`: what `inspect
+    view` shows with gradebook's scores (warehouse.scored_logs); a copy that cannot be made is
+    one line in `problems`, never a failed sweep (the scores are in the warehouse)."""
+    from warehouse.scored_logs import write_scored_logs
+
+    logs = [g.log for g in generations if g.log and g.run_id]
+    if not logs or cfg.scored_log_dir is None:
+        return []
+    try:
+        return write_scored_logs(cfg.warehouse, logs, cfg.scored_log_dir, problems)
+    except (OSError, ValueError) as exc:
+        problems.append(f"{cfg.scored_log_dir}: no scored copies written ({exc})")
+        return []
 
 
 def run_sweep(config: SweepConfig | str, **options: Any) -> SweepResult:

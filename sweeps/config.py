@@ -333,6 +333,10 @@ class SweepConfig(_Strict):
             scorers (`[model_roles.grader] model = "..."`).
         ingest: `[ingest]` limits on reading the sweep's logs.
         workspaces: `[workspaces]`: capture of sandbox workspaces and where they are stored.
+        scored_logs: write a scored copy of each log the sweep generated, for `inspect view`
+            (the original logs are never changed).
+        scored_log_dir: where those copies go (default: beside `log_dir`, named
+            `<log_dir>-scored`; relative paths: to the config file).
     """
 
     name: str
@@ -347,6 +351,8 @@ class SweepConfig(_Strict):
     model_roles: dict[str, RoleModel] = Field(default_factory=dict)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     workspaces: WorkspacesConfig = Field(default_factory=WorkspacesConfig)
+    scored_logs: bool = True
+    scored_log_dir: Path | None = None
     source: Path | None = Field(default=None, exclude=True)
 
     @field_validator("name")
@@ -505,6 +511,13 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
     ]
     log_dir = _resolve(cfg.log_dir, base)
     store = cfg.workspaces.store
+    scored = _resolve(cfg.scored_log_dir, base) if cfg.scored_log_dir else None
+    if scored is not None and (scored == log_dir or log_dir in scored.parents):
+        raise ConfigError(
+            f"{source}: scored_log_dir: {scored} is inside log_dir ({log_dir}), where the copies "
+            "would be taken for logs of their own; put it beside log_dir (or leave it out: "
+            f"{log_dir.name}-scored)"
+        )
     return cfg.model_copy(
         update={
             "log_dir": log_dir,
@@ -514,6 +527,9 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
             "workspaces": cfg.workspaces.model_copy(
                 update={"store": _resolve(store, base) if store else log_dir / "workspaces"}
             ),
+            # beside the logs, not among them: a later `score LOG_DIR` must not take the
+            # copies for logs of their own
+            "scored_log_dir": scored or log_dir.with_name(f"{log_dir.name}-scored"),
             "source": source,
         }
     )

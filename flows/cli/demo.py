@@ -12,6 +12,7 @@ once Docker is up.
 from __future__ import annotations
 
 import importlib
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from flows.cli.pipeline import (
     _run_flow,
     print_gate_problems,
     print_heal,
+    print_scored_copies,
     summary_table,
 )
 from flows.runtime.console import console, quiet_prefect
@@ -159,6 +161,7 @@ def run_demo(directory: Path) -> int:
         with environ_set({"LOCAL_BASE_URL": server.base_url, "LOCAL_API_KEY": "demo"}):
             result = run_sweep(cfg)
     console.print(summary_table(result))
+    print_scored_copies(result)
     print_gate_problems(result)
     if result.stopped is not None:
         return result.exit_code
@@ -178,7 +181,7 @@ def run_demo(directory: Path) -> int:
             "  # `gradebook` is not on your PATH: `source .venv/bin/activate` puts it there",
             markup=False,
         )
-    print_commands(*next_commands(db))
+    print_commands(*next_commands(db, cfg.scored_log_dir if result.scored_logs else None))
     if any(g.log is None for g in result.generations):
         return 2
     return 0
@@ -192,12 +195,16 @@ METRICS_SQL = (
 )
 
 
-def next_commands(db: Path) -> list[str]:
-    """The demo's "Next:" lines: commands that run as printed, and comments."""
+def next_commands(db: Path, scored: Path | None = None) -> list[str]:
+    """The demo's "Next:" lines: commands that run as printed, and comments (`scored`: where
+    the sweep wrote the scored copies of its logs)."""
+    view = [f"# the logs with gradebook's scores in Inspect View: inspect view --log-dir "
+            f"{shlex.quote(str(scored))}"] if scored else []  # fmt: skip
     return [
         "# accuracy under each verifier's current code (run_metrics keeps every version's):",
         command("sql", "--db", db, METRICS_SQL),
         command("verifiers", "--db", db),
+        *view,
         "# edit a verifier (e.g. scorers/math/grader.py), then re-grade every saved sample:",
         command("rescore", "--db", db, "--dry-run"),
         command("rescore", "--db", db),

@@ -8,6 +8,7 @@ input and what to do.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -331,6 +332,7 @@ def sweep(
         meanwhile=lambda: _check_tasks(cfg),
     )
     console.print(summary_table(result))
+    print_scored_copies(result)
     print_gate_problems(result)
     if result.stopped is not None:
         _print_stopped(result)
@@ -339,6 +341,19 @@ def sweep(
 
         print_heal(cfg.warehouse, unscored_in_rows(result.rows), ["gate", "--config", str(config)])
     raise typer.Exit(result.exit_code)
+
+
+def print_scored_copies(result: Any) -> None:
+    """Where the sweep's scored copies are, as the command that shows them (`inspect view`)."""
+    for problem in result.scored_problems:
+        err_console.print(f"note: {shown(problem)}", soft_wrap=True)
+    if result.scored_logs:
+        where = Path(result.scored_logs[0]).parent
+        console.print(
+            f"scored copies of the logs ({len(result.scored_logs)}), for Inspect View: "
+            f"inspect view --log-dir {shlex.quote(str(where))}",
+            markup=False, soft_wrap=True,
+        )  # fmt: skip
 
 
 def print_skipped(skipped: list[str]) -> None:
