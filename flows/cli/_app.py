@@ -10,6 +10,7 @@ from flows.cli.gate import register as register_gate_commands
 from flows.cli.pipeline import register as register_pipeline_commands
 from flows.cli.reward import reward_app
 from flows.cli.sandbox import sandbox_app
+from flows.cli.scoring import rescore, score, verifiers
 from flows.cli.server import server_app
 from flows.cli.warehouse import register as register_warehouse_commands
 from flows.runtime.console import err_console, shown
@@ -24,7 +25,7 @@ app = typer.Typer(
 
 register_warehouse_commands(app)
 register_gate_commands(app)
-register_pipeline_commands(app)
+register_pipeline_commands(app, scoring=(score, rescore, verifiers))
 register_demo_command(app)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(cluster_app, name="cluster")
