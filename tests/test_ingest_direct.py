@@ -253,7 +253,7 @@ def test_header_falls_back_to_inspects_reader(logs, tmp_path):
     bad = tmp_path / "bad.eval"
     bad.write_bytes(b"PK\x05\x06" + b"\0" * 40)
     assert eval_archive.read_header(str(bad)) is None
-    with pytest.raises(LogReadError, match="bad.eval: unreadable Inspect log"):
+    with pytest.raises(LogReadError, match="bad.eval: not an Inspect log"):
         read_header(str(bad))
 
 

@@ -135,10 +135,11 @@ def test_a_signal_stops_the_whole_sweep_and_keeps_what_was_generated(prefect_api
     assert "cancelled" in rows["slow"] and "not scored" in rows["slow"]
     assert "not started" in rows["arith"]
     assert f"stopped by {signal.Signals(sig).name}" in out
-    # the cancelled log is in the warehouse, with the samples it got
+    # the cancelled log is in the warehouse, with the samples it got: a sample whose trace line
+    # was written may still have been generating when the signal came (cancelled, not stored)
     with Warehouse(tmp_path / "w.duckdb").read() as con:
         ((status, n),) = con.execute("SELECT status, n_samples FROM runs").fetchall()
-    assert status == "cancelled" and n >= 3
+    assert status == "cancelled" and 1 <= n <= len(trace.read_text().splitlines())
     assert flow_run_states(prefect_api, "sweep", tmp_path) == ["CANCELLED"]
     assert marked(env[MARK]) == []
 

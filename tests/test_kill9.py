@@ -186,7 +186,7 @@ SCORE_POINTS = [
     ("first score batch committed, in the WAL only", "write:2:after"),
     ("a later score batch inserted, not committed", "write:4:before"),
     ("3rd chunk back from the workers, not written (workers mid-chunk)",
-     "call:flows.score:_BatchWriter.__call__:3"),
+     "call:flows.score_writes:BatchWriter.__call__:3"),
 ]  # fmt: skip
 
 

@@ -144,17 +144,13 @@ def score_chunk(
     """
     import pyarrow.parquet as pq
 
-    from flows.score import (
-        SAMPLE_TIMEOUT_S,
-        GradingPool,
-        Samples,
-        ScoreOptions,
-        grade_batch,
-        scores_table,
-    )
+    from flows.score import grade_batch
     from scorers.identity.fingerprint import fingerprint
     from scorers.registry import get_verifier
+    from scorers.workers.pool import GradingPool
+    from scorers.workers.stage import SAMPLE_TIMEOUT_S, ScoreOptions
     from warehouse import stage_scores
+    from warehouse.score_batches import Samples, scores_table
 
     for module in verifier_modules or []:
         importlib.import_module(module)
