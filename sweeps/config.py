@@ -355,6 +355,17 @@ class SweepConfig(_Strict):
     scored_log_dir: Path | None = None
     source: Path | None = Field(default=None, exclude=True)
 
+    @field_validator("log_dir", "warehouse", "scored_log_dir", mode="before")
+    @classmethod
+    def _local_path(cls, v: Any) -> Any:
+        # pathlib reads "s3://bucket/x" as the local folder "s3:/bucket/x": say so instead
+        if isinstance(v, str) and "://" in v:
+            raise ValueError(
+                f"{v!r} is a URL; this key takes a local path (object storage is not supported "
+                "here yet): give a directory on this machine"
+            )
+        return v
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:

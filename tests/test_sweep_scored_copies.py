@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from cli_kit import gradebook, shell_env
 from flows_kit import TASK_SPEC
 from inspect_ai.log import list_eval_logs, read_eval_log
@@ -47,3 +48,19 @@ def test_scored_copies_inside_the_log_dir_are_refused(tmp_path: Path) -> None:
     assert ran.code == 2
     [line] = ran.stderr_lines
     assert "scored_log_dir" in line and "inside log_dir" in line
+
+
+@pytest.mark.parametrize("key", ["log_dir", "scored_log_dir", "warehouse"])
+def test_a_url_for_a_local_path_is_one_line_and_no_folder_named_s3(
+    tmp_path: Path, key: str
+) -> None:
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'name = "urls"\n{key} = "s3://bucket/sweep"\n'
+        '[[models]]\nmodel = "mockllm/model"\n[[tasks]]\ntask = "math_verified"\n'
+    )
+    ran = gradebook("generate", str(cfg), env=shell_env(tmp_path / "ph"), cwd=tmp_path)
+    assert ran.code == 2
+    [line] = ran.stderr_lines
+    assert key in line and "'s3://bucket/sweep' is a URL" in line
+    assert not (tmp_path / "s3:").exists()
