@@ -18,8 +18,24 @@ import pytest
 # imports (scorers.identity.loaded_code), so a verifier it grades in-process can be fingerprinted as run.
 import flows  # noqa: F401
 
+# The readline module, which pytest imports at start-up (_pytest/capture.py), exports COLUMNS=80
+# and LINES=24 into the C environment when stdin is not a terminal. os.environ never shows them,
+# but a process started without an explicit env inherits them: pytest-xdist's workers did, and
+# the commands they ran laid their tables out 80 columns wide where a plain `pytest` run's were
+# 120. What the shell gave this process (os.environ) is what the processes it starts get.
+for _var in ("COLUMNS", "LINES"):
+    if _var not in os.environ:
+        os.unsetenv(_var)
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+# "gw0", "gw1", ... in a pytest-xdist worker (`make test` runs the suite on several), "" alone.
+# Each worker is a test session of its own, isolated as two checkouts' sessions are: its own
+# temp dirs, state dirs and Prefect servers, free ports, and sandbox containers labelled with
+# their owner's pid.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# A test that takes longer than this says why in its docstring (a warning names it otherwise).
+LONG_TEST_S = 60.0
 
 
 # Where everything the tests run keeps state, caches and data, instead of the user's home:
@@ -39,7 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
     imports Prefect (which reads PREFECT_HOME once, at import). The package caches (uv, pip)
     stay where they were: they hold no gradebook state, and an offline install needs them."""
     global _session_home
-    _session_home = Path(tempfile.mkdtemp(prefix="gradebook-test-home-"))
+    prefix = f"gradebook-test-home-{WORKER}-" if WORKER else "gradebook-test-home-"
+    _session_home = Path(tempfile.mkdtemp(prefix=prefix))
     real_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     os.environ.setdefault("UV_CACHE_DIR", str(real_cache / "uv"))
     os.environ.setdefault("PIP_CACHE_DIR", str(real_cache / "pip"))
@@ -56,6 +73,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         flush_to_server(timeout=5)
     if _session_home is not None:
         shutil.rmtree(_session_home, ignore_errors=True)
+
+
+_SPENT = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Warn about a test that took over LONG_TEST_S (setup, call and teardown) with no docstring
+    saying why: the suite's time is a budget, and a long test owes its reader a reason."""
+    report = yield
+    spent = item.stash.get(_SPENT, 0.0) + report.duration
+    item.stash[_SPENT] = spent
+    function = getattr(item, "function", None)
+    if report.when == "teardown" and spent > LONG_TEST_S and not getattr(function, "__doc__", ""):
+        item.warn(
+            pytest.PytestWarning(
+                f"took {spent:.0f}s (over {LONG_TEST_S:.0f}s) and its docstring does not say why"
+            )
+        )
+    return report
 
 
 def need(condition: bool, why: str) -> None:
