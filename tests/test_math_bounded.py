@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from scorers.math import verify, warm_up
-from scorers.workers.bounded import BoundedPool, WorkerFailed, WorkerTimeout
+from scorers.math.grader import _SYMBOLIC_MODULES
+from scorers.workers.bounded import BoundedPool, WorkerFailed, WorkerTimeout, shared_pool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,6 +48,7 @@ def test_the_replacement_after_a_kill_was_started_before_the_kill(pool: BoundedP
     assert pool.call(operator.add, 2, 2, timeout_s=10) == 4
 
 
+@pytest.mark.serial
 def test_waiting_for_a_free_worker_counts_against_the_deadline(pool: BoundedPool) -> None:
     results: list[object] = []
     busy = threading.Thread(target=lambda: results.append(pool.call(time.sleep, 3, timeout_s=30)))
@@ -127,6 +129,7 @@ def test_workers_do_not_re_execute_the_callers_main_module(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_verify_times_out_when_every_worker_is_busy() -> None:
     warm_up()
     slow = "x^{x^{x^{x^{x}}}}"  # sympy grinds on this until the worker is killed
@@ -137,7 +140,8 @@ def test_verify_times_out_when_every_worker_is_busy() -> None:
     ]
     for t in threads:
         t.start()
-    time.sleep(0.5)  # both workers of the 2-worker pool are now busy
+    pool = shared_pool(_SYMBOLIC_MODULES)
+    _wait(lambda: pool.stats().busy == 2, "both workers of the 2-worker pool busy")
     start = time.monotonic()
     verdict = verify("(x+1)^2", "x^2+2x+1", timeout_s=0.5)
     elapsed = time.monotonic() - start
@@ -171,8 +175,7 @@ def test_a_busy_worker_dies_when_the_calling_process_is_killed(tmp_path: Path) -
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         worker = int(proc.stdout.readline())
-        time.sleep(0.5)  # the worker is now inside pow()
-        assert Path(f"/proc/{worker}").exists()
+        _wait(lambda: _computing(worker), "the worker inside pow()")
     finally:
         proc.kill()
         proc.wait()
@@ -183,12 +186,28 @@ def test_a_busy_worker_dies_when_the_calling_process_is_killed(tmp_path: Path) -
     assert not _running(worker)
 
 
-def _running(pid: int) -> bool:
+def _state(pid: int) -> str:
+    """The process's state letter (R running, S sleeping, Z zombie, ...); "" once it is gone."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
+        return ""
+
+
+def _running(pid: int) -> bool:
+    return _state(pid) not in ("", "Z")
+
+
+def _computing(pid: int) -> bool:
+    """On a CPU or waiting for one: an idle worker sleeps on its pipe (S) instead."""
+    return _state(pid) == "R"
+
+
+def _wait(condition, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s:g}s: {what}"
+        time.sleep(0.01)
 
 
 def test_workers_lost_with_their_zygote_are_skipped_and_replaced(pool: BoundedPool) -> None:
@@ -196,9 +215,10 @@ def test_workers_lost_with_their_zygote_are_skipped_and_replaced(pool: BoundedPo
     assert pool.wait_spares(timeout=30)
     old = pool._zygote
     assert old is not None
+    idle = pool.stats().idle_pids
     old.proc.kill()  # its workers die with it (PR_SET_PDEATHSIG)
     old.proc.wait(timeout=10)
-    time.sleep(0.2)
+    _wait(lambda: not any(_running(pid) for pid in idle), "the zygote's idle workers gone")
     # Dead idle workers are noticed and skipped; a new zygote is started for the replacement.
     assert pool.call(operator.add, 2, 3, timeout_s=30) == 5
     assert pool._zygote is not old

@@ -66,6 +66,7 @@ PATHOLOGICAL = [
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("candidate", PATHOLOGICAL, ids=lambda s: s[:24])
 def test_pathological_input_returns_within_limit_and_next_call_works(candidate: str) -> None:
     start = time.monotonic()
