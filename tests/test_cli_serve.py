@@ -133,9 +133,12 @@ def _rows(db: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_serve_stops_within_10s_of_ctrl_c_under_load_with_a_watcher_run_in_flight(
     prefect_api, tmp_path
 ):
+    """About 60 s: a warehouse graded once, serve started, and its watcher's re-score under way
+    (the first 5 s interval) before the Ctrl-C; runs alone (`serial`): it bounds the exit."""
     from process_kit import MARK, busy_loops, cli_env, marked, start_gradebook, wait_for
 
     n = 400
@@ -170,6 +173,8 @@ def test_serve_stops_within_10s_of_ctrl_c_under_load_with_a_watcher_run_in_fligh
 
 @pytest.mark.slow
 def test_watcher_runs_of_one_warehouse_never_overlap(prefect_api, tmp_path):
+    """Over 60 s: the re-score must last ~15 s so that 5 s intervals come due while it runs, and
+    one of those runs must then be seen cancelled."""
     from process_kit import cli_env, start_gradebook, wait_for
 
     n = 300
@@ -209,6 +214,8 @@ def test_watcher_runs_of_one_warehouse_never_overlap(prefect_api, tmp_path):
 
 @pytest.mark.slow
 def test_serve_killed_with_sigkill_leaves_no_process_and_no_run_running(prefect_api, tmp_path):
+    """About 60 s: a warehouse graded once, serve started, and its watcher's re-score under way
+    (the first 5 s interval) before the kill."""
     # kill -9 of serve itself: its runner gets SIGTERM from the kernel (a parent-death
     # signal) and stops as on Ctrl-C; the flow run in flight dies with the runner
     from process_kit import MARK, cli_env, marked, start_gradebook, wait_for

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import textwrap
 import time
@@ -219,6 +220,7 @@ def test_samples_cancelled_in_flight_are_not_errors_and_a_rerun_generates_them(
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_second_ctrl_c_exits_at_once(prefect_api, tmp_path):
     from warehouse_logs import reader_holding
 
@@ -251,13 +253,20 @@ def test_a_second_ctrl_c_exits_at_once(prefect_api, tmp_path):
     wait_for(lambda: marked(env[MARK]) == [], 10, "the command's children to exit")
 
 
+@pytest.fixture(scope="module")
+def slow_log(tmp_path_factory) -> Path:
+    """A 1,000-sample log recording slow_v: generated once (~12 ms a sample), copied per test."""
+    return make_log(tmp_path_factory.mktemp("slow-log"), 1000, verifiers=["slow_v"])
+
+
 @pytest.fixture
-def slow_stage(tmp_path):
-    """A 1,000-sample log whose verifier (slow_v) takes 10 s a chunk, and its db: the chunks in
-    flight when the first scores are written take longer than a stop waits for them, so a
-    stop then leaves samples to grade."""
+def slow_stage(tmp_path, slow_log):
+    """A 1,000-sample log (a copy of its own) whose verifier (slow_v) takes 10 s a chunk, and
+    its db: the chunks in flight when the first scores are written take longer than a stop
+    waits for them, so a stop then leaves samples to grade."""
     write_verifier(tmp_path, "slow_v", delay_s=0.04)
-    log = make_log(tmp_path / "logs", 1000, verifiers=["slow_v"])
+    (tmp_path / "logs").mkdir()
+    log = Path(shutil.copy(slow_log, tmp_path / "logs" / slow_log.name))
     return log, tmp_path / "w.duckdb"
 
 
@@ -265,6 +274,8 @@ def slow_stage(tmp_path):
 def test_ctrl_c_on_score_is_one_line_and_a_rerun_scores_every_sample_once(
     prefect_api, tmp_path, slow_stage
 ):
+    """Up to 60 s: a stage of 10 s chunks, stopped after its first write, then graded to the end
+    by the re-run; the module's first user of slow_stage also generates its 1,000-sample log."""
     log, db = slow_stage
     env = cli_env(tmp_path, api_url=prefect_api)
     args = ("score", str(log), "--db", str(db), "--workers", "2")
@@ -310,6 +321,8 @@ def local_home(tmp_path_factory):
 def test_a_killed_score_leaves_no_process_or_temp_dir_and_the_next_one_settles_its_run(
     local_home, tmp_path, slow_stage, sig
 ):
+    """Up to 70 s: the first case starts the module's local server; each runs a stage of 10 s
+    chunks until its first write, kills it, then grades it to the end again."""
     log, db = slow_stage
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()
