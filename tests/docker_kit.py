@@ -52,6 +52,19 @@ def wait_gone_after_kill(client: Any, owners: Iterable[str], timeout: float) -> 
     wait_for(lambda: not owned(client, owners), timeout, "the never-started ones reaped")
 
 
+def running_submissions(client: Any, container_id: str) -> int:
+    """Processes of the submission uid in the container beyond its zygote: running tests."""
+    import docker.errors
+
+    try:
+        top = client.api.top(container_id, ps_args="-o pid,uid,pcpu,args")
+    except docker.errors.APIError:  # the container went away meanwhile
+        return 0
+    uid_col = top["Titles"].index("UID")
+    uid = str(sandbox_users().sandbox_uid)
+    return max(0, sum(p[uid_col] == uid for p in top["Processes"] or []) - 1)
+
+
 def owners_of(pids: Iterable[int]) -> set[str]:
     """The owner labels of the containers these live processes (in this pid namespace) start."""
     return {owner_label(pid) for pid in pids}

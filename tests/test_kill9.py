@@ -24,6 +24,7 @@ import docker_kit
 import duckdb
 import psutil
 import pytest
+from process_kit import wait_for
 from warehouse_logs import make_log
 
 pytestmark = pytest.mark.slow
@@ -160,6 +161,8 @@ INGEST_POINTS = [
 
 @pytest.mark.parametrize(("point", "where"), INGEST_POINTS, ids=[w for _, w in INGEST_POINTS])
 def test_kill_9_during_ingest(point, where, log, tmp_path, reference, prefect_api):
+    """The first case takes up to 60 s: it also builds the module's 2,000-sample log and the
+    reference (that log ingested and scored without a kill)."""
     db = tmp_path / "g.duckdb"
     after_kill, wal, children, left = kill_and_rerun(where, ["ingest", log], tmp_path, db)
     assert after_kill["sample_dupes"] == 0
@@ -250,7 +253,14 @@ def test_kill_9_of_score_while_sandboxed_tests_loop(docker_sandbox, prefect_api,
         while not docker_kit.owned(client, docker_kit.owners_of(tree())):
             assert proc.poll() is None and time.monotonic() < deadline, "no sandbox started"
             time.sleep(0.2)
-        time.sleep(2)  # the first test's infinite loop is running
+        wait_for(
+            lambda: any(
+                docker_kit.running_submissions(client, c) >= 1
+                for c in docker_kit.owned(client, docker_kit.owners_of(tree()))
+            ),
+            120,
+            "the first test's infinite loop running in its container",
+        )
         owners = tree()
         # the labels of this command's processes, taken while they live (a label names the
         # process's start time, so another session's containers never count here)

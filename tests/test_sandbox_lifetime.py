@@ -41,23 +41,9 @@ for t in threads: t.start()
 for t in threads: t.join()
 """
 
-SUBMISSION_UID = "10002"
-
 
 def owned(client, owner: str) -> list[str]:
     return docker_kit.owned(client, [owner])
-
-
-def running_submissions(client, container_id: str) -> int:
-    """Processes of the submission uid in the container beyond its zygote: running tests."""
-    import docker.errors
-
-    try:
-        top = client.api.top(container_id, ps_args="-o pid,uid,pcpu,args")
-    except docker.errors.APIError:  # the container went away meanwhile
-        return 0
-    uid_col = top["Titles"].index("UID")
-    return max(0, sum(p[uid_col] == SUBMISSION_UID for p in top["Processes"] or []) - 1)
 
 
 @contextmanager
@@ -76,7 +62,7 @@ def scorer(timeout_s: float) -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 def both_tests_running(client, owner: str) -> bool:
     mine = owned(client, owner)
-    return len(mine) == 2 and all(running_submissions(client, c) >= 1 for c in mine)
+    return len(mine) == 2 and all(docker_kit.running_submissions(client, c) >= 1 for c in mine)
 
 
 def test_a_killed_scorers_containers_end_within_moments(docker_sandbox):
