@@ -39,7 +39,8 @@ verifiers = ["model_graded_qa"]
 [model_roles.grader]
 model = "openai-api/judge/j"
 base_url = "{judge_url}"
-config = {{ max_retries = 1, attempt_timeout = 10, max_connections = 4 }}
+args = {{ max_retries = 0 }}
+config = {{ max_retries = 1, attempt_timeout = 2, max_connections = 4 }}
 
 [gates]
 max_unscored_rate = 0.1
