@@ -336,6 +336,8 @@ def _lost_line(server, command: str) -> str:
 def test_a_server_gone_under_a_command_fails_it_in_one_line_and_a_rerun_finishes(
     home, tmp_path, gated, how
 ):
+    """Over 60 s: the command learns its server is gone only when Prefect's client gives up
+    retrying it (20-70 s here), and the re-run then starts a new server."""
     log, db, gate = gated
     server = ensure_server(home=home, startup_timeout=SERVER_START_S)
     with _gated_score(home, tmp_path, gated) as proc:

@@ -231,6 +231,8 @@ def _kill_cpu_host_when_scoring(cluster, staging_dir: Path, events: dict) -> Non
 
 @pytest.mark.slow
 def test_a_cpu_host_dying_mid_chunk_is_retried_without_lost_or_doubled_scores(cluster, tmp_path):
+    """Over 60 s: the killed run is declared Crashed only after CRASH_AFTER_S (75 s) without
+    a heartbeat (Prefect's floor is one per 30 s), and only then retried."""
     cfg = _config(tmp_path, cluster["verifier"], "cluster-kill", chunk_size=12)
     events: dict = {}
     # the thread runs in a copy of this context: Prefect's settings (the API URL) live there

@@ -99,6 +99,8 @@ def _start(tmp_path: Path, api_url: str, *args: str):
 def test_a_stopped_score_writes_what_it_graded_and_the_next_grades_exactly_the_rest(
     prefect_api, tmp_path, big_log, sig
 ):
+    """The first case takes up to 60 s where the 20,000-sample log is not cached yet (it is
+    written then, ~30 s); each grades the log twice, stopped once."""
     db = tmp_path / "w.duckdb"
     args = ("score", str(big_log), "--db", str(db), "--workers", "2")
     proc, env, trace = _start(tmp_path, prefect_api, *args)

@@ -127,6 +127,8 @@ def _watcher_runs_completed(api_url: str) -> int:
 def test_a_second_checkout_scores_and_sweeps_while_the_first_serves_and_neither_loses_its_server(
     tmp_path, second_checkout, monkeypatch, request
 ):
+    """Up to 70 s on a loaded machine: ten `gradebook` processes of two checkouts in turn, a
+    server start, and a wait for the next 5 s run of A's watcher."""
     copy, python_b = second_checkout
     user = _user_env(tmp_path)
     (tmp_path / "user").mkdir()
