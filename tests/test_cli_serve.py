@@ -137,8 +137,8 @@ def _rows(db: Path) -> int:
 def test_serve_stops_within_10s_of_ctrl_c_under_load_with_a_watcher_run_in_flight(
     prefect_api, tmp_path
 ):
-    """About 60 s: a warehouse graded once, serve started, and its watcher's re-score under way
-    (the first 5 s interval) before the Ctrl-C; runs alone (`serial`): it bounds the exit."""
+    """About 60-70 s: a warehouse graded once, serve started, and its watcher's re-score under
+    way (the first 5 s interval) before the Ctrl-C; runs alone (`serial`): it bounds the exit."""
     from process_kit import MARK, busy_loops, cli_env, marked, start_gradebook, wait_for
 
     n = 400
