@@ -62,6 +62,13 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PIP_CACHE_DIR", str(real_cache / "pip"))
     for var, name in SESSION_DIRS.items():
         os.environ[var] = str(_session_home / name)
+    # the AWS chain reads ~/.aws and AWS_* variables: a test reaches only its own S3 server
+    # (tests/s3_kit.py), never the user's buckets with the user's keys
+    for var in [v for v in os.environ if v.startswith("AWS_")]:
+        del os.environ[var]
+    os.environ["AWS_CONFIG_FILE"] = str(_session_home / "aws" / "config")
+    os.environ["AWS_SHARED_CREDENTIALS_FILE"] = str(_session_home / "aws" / "credentials")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # no instance-role lookup off this machine
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -192,6 +199,42 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory):
             yield api_url
     finally:
         server.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """One real S3-compatible server (moto's, over HTTP on 127.0.0.1) for the test session.
+    Under CI a server that does not come up fails the test."""
+    from s3_kit import S3ServerError
+    from s3_kit import s3_server as start
+
+    running = start(tmp_path_factory.mktemp("s3-server"))
+    try:
+        server = running.__enter__()
+    except S3ServerError as exc:
+        need(False, f"no S3 server: {exc}")
+        return
+    try:
+        yield server
+    finally:
+        running.__exit__(None, None, None)
+
+
+@pytest.fixture
+def s3_env(s3_server):
+    """The session's S3 server in this process's environment (AWS_ENDPOINT_URL, a key pair), as
+    a user sets it for MinIO; yields the server. A `gradebook` subprocess gets
+    `s3_server.env()`."""
+    from flows.runtime.envvars import environ_set
+
+    with environ_set(s3_server.env()):
+        yield s3_server
+
+
+@pytest.fixture
+def s3_bucket(s3_env) -> str:
+    """A fresh, empty bucket on the session's S3 server, as `s3://name`."""
+    return f"s3://{s3_env.new_bucket()}"
 
 
 @pytest.fixture
