@@ -242,8 +242,24 @@ class LiveContainer:
         self.close_lifeline()
         try:
             self.client.api.remove_container(self.id, force=True)
-        except Exception:  # noqa: BLE001 - already stopped and auto-removed
-            pass
+        except Exception as exc:  # noqa: BLE001 - already stopped and auto-removed
+            # the closed lifeline ended it and Docker's auto-remove is under way ("removal in
+            # progress", 409): the container is gone only when that finishes
+            if getattr(getattr(exc, "response", None), "status_code", None) == 409:
+                self._wait_gone()
+
+    def _wait_gone(self, timeout_s: float = 30.0) -> None:
+        import docker.errors
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self.client.api.inspect_container(self.id)
+            except docker.errors.NotFound:
+                return
+            except Exception:  # noqa: BLE001 - the Engine gone: nothing more to wait for
+                return
+            time.sleep(0.05)  # polling Docker's state: no event for "removed" is cheaper
 
 
 def create_container(
