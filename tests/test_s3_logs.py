@@ -129,3 +129,42 @@ def test_score_a_prefix_into_a_fresh_warehouse_with_scored_copies_in_the_bucket(
             copy = read_eval_log(f"{s3_bucket}/sweep/scored/{f.name}")
             assert copy.results is not None and copy.results.scores[0].name == "math"
             assert all("math" in (s.scores or {}) for s in copy.samples or [])
+
+
+@pytest.mark.slow
+def test_a_sweep_with_its_log_dir_in_a_bucket(prefect_api, s3_server, s3_bucket, tmp_path):
+    """Inspect writes the log into the bucket itself; the sweep ingests and scores it from
+    there and uploads the scored copy beside it; nothing lands in a local folder named 's3:'."""
+    from cli_kit import gradebook, shell_env
+    from flows_kit import TASK_SPEC
+    from inspect_ai.log import read_eval_log
+
+    from flows.runtime.envvars import environ_set
+
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'name = "bucketed"\nlog_dir = "{s3_bucket}/sweep/logs"\nwarehouse = "w.duckdb"\n'
+        '[[models]]\nname = "m1"\nmodel = "mockllm/model"\nargs_from = "cluster_kit:mock_args"\n'
+        f'[[tasks]]\ntask = "{TASK_SPEC}"\nargs = {{ n = 4 }}\nverifiers = ["math"]\n'
+    )
+    env = shell_env(tmp_path / "ph", api_url=prefect_api, PYTHONPATH=str(Path(__file__).parent),
+                    **s3_server.env())  # fmt: skip
+    ran = gradebook("sweep", str(cfg), env=env, cwd=tmp_path)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "logs").exists()
+    bucket = s3_bucket.removeprefix("s3://")
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+    [log_key] = [k for k in keys if k.startswith("sweep/logs/") and k.endswith(".eval")]
+    name = log_key.rsplit("/", 1)[1]
+    assert f"sweep/logs-scored/{name}" in keys
+    assert f"inspect view --log-dir {s3_bucket}/sweep/logs-scored" in " ".join(ran.stdout.split())
+    with Warehouse(tmp_path / "w.duckdb").read() as con:
+        [(log_path, scored)] = con.execute(
+            "SELECT log_path, (SELECT count(*) FROM scores s WHERE s.run_id = r.run_id "
+            "AND scorer = 'math') FROM runs r"
+        ).fetchall()
+    assert (log_path, scored) == (f"{s3_bucket}/{log_key}", 4)
+    with environ_set(s3_server.env()):
+        copy = read_eval_log(f"{s3_bucket}/sweep/logs-scored/{name}")
+    verdicts = {s.id: s.scores["math"].value for s in copy.samples or []}
+    assert verdicts == {1: 1.0, 2: 0.0, 3: 1.0, 4: 1.0}
