@@ -44,6 +44,12 @@ _DEFAULT_CAP_MB = 4096
 _BLOCK = 16 << 20  # bytes per ranged GET while downloading
 
 
+_REPLACED = (
+    "{location}: replaced while it was read (its ETag changed): run the command again to read "
+    "the new version"
+)
+
+
 class SpillError(OSError):
     """An object that could not be copied locally (the message is one line naming the URL)."""
 
@@ -113,11 +119,13 @@ def local_copy(location: str) -> str:
     if pending is not None:
         try:
             path = pending.result()
-        except SpillError:
-            path = None  # fetched again below, in this thread, so the error is this call's
-        if path is not None:
+        except SpillError as exc:
+            with _LOCK:
+                _PENDING.pop(location, None)
             _next_after(location)
-            return str(path)
+            raise SpillError(str(exc)) from exc  # raised in this thread, as if fetched here
+        _next_after(location)
+        return str(path)
     path = _fetch(location)
     _next_after(location)
     return str(path)
@@ -154,9 +162,10 @@ def _ahead(location: str) -> None:
 def _fetch(location: str) -> Path:
     try:
         fs = filesystem(location)
+        fs.invalidate_cache(location)
         info = fs.info(location)
     except FileNotFoundError as exc:
-        raise SpillError(f"{location}: no such object: check the URL") from exc
+        raise SpillError(_missing(fs, location)) from exc
     except Exception as exc:  # noqa: BLE001 - any failure reaching the store is this one line
         raise SpillError(one_line_error(location, exc)) from exc
     ident = ObjectIdentity(str(info.get("ETag") or info.get("etag") or ""), int(info["size"]))
@@ -178,6 +187,19 @@ def _fetch(location: str) -> Path:
     return target
 
 
+def _missing(fs: object, location: str) -> str:
+    """A 404 on an object: its bucket gone (deleted mid-run), or only the object."""
+    scheme, rest = location.split("://", 1)
+    try:
+        fs.invalidate_cache()  # type: ignore[attr-defined]
+        bucket_there = fs.exists(f"{scheme}://{rest.split('/', 1)[0]}")  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - the object's own 404 is what is known
+        bucket_there = True
+    if not bucket_there:
+        return f"{location}: no such bucket: create it, or check the URL"
+    return f"{location}: no such object: check the URL"
+
+
 def _download(fs: object, location: str, ident: ObjectIdentity, target: Path) -> None:
     partial = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.part")
     got = 0
@@ -185,7 +207,7 @@ def _download(fs: object, location: str, ident: ObjectIdentity, target: Path) ->
         # `size=` is not given, so s3fs sends If-Match with the ETag it just read on every range
         with fs.open(location, "rb", block_size=_BLOCK, cache_type="none") as src:  # type: ignore[attr-defined]
             if ident.etag and getattr(src, "details", {}).get("ETag", ident.etag) != ident.etag:
-                raise SpillError(f"{location}: replaced while it was read: run the command again")
+                raise SpillError(_REPLACED.format(location=location))
             with open(partial, "wb") as out:
                 while chunk := src.read(_BLOCK):
                     out.write(chunk)
@@ -195,16 +217,19 @@ def _download(fs: object, location: str, ident: ObjectIdentity, target: Path) ->
                 f"{location}: unreadable Inspect log (cut short while read: {got} of "
                 f"{ident.size} bytes arrived); run the command again"
             )
+        # not every store honours If-Match on a ranged GET: the object's ETag after the read
+        # must still be the one before it, or the bytes may be of two versions
+        fs.invalidate_cache(location)  # type: ignore[attr-defined]
+        after = fs.info(location)  # type: ignore[attr-defined]
+        if str(after.get("ETag") or "") != ident.etag or int(after["size"]) != ident.size:
+            raise SpillError(_REPLACED.format(location=location))
         os.replace(partial, target)
     except SpillError:
         raise
     except Exception as exc:  # noqa: BLE001 - one line naming the URL
         text = " ".join(str(exc).split())
-        if "PreconditionFailed" in text or "412" in text or "ETag" in text:
-            raise SpillError(
-                f"{location}: replaced while it was read (its ETag changed): run the command "
-                "again to read the new version"
-            ) from exc
+        if type(exc).__name__ == "FileExpired" or "PreconditionFailed" in text or "412" in text:
+            raise SpillError(_REPLACED.format(location=location)) from exc
         raise SpillError(one_line_error(location, exc)) from exc
     finally:
         partial.unlink(missing_ok=True)

@@ -160,6 +160,11 @@ def one_line_error(location: str, exc: BaseException) -> str:
             f"{location}: the object store does not answer ({_endpoint_hint()}): "
             "check that it is up and that AWS_ENDPOINT_URL points at it"
         )
+    if _SERVER_FAULT.search(text):
+        return (
+            f"{location}: the object store kept failing ({_SERVER_FAULT.search(text)[0]}) after "
+            f"{ATTEMPTS} attempts with backoff: try again later"
+        )
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return f"{location}: no such bucket: create it, or check the URL"
     if isinstance(exc, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
@@ -167,6 +172,13 @@ def one_line_error(location: str, exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError):
         return f"{location}: no such object: check the URL"
     return f"{location}: object store error ({name}: {text[:200]})"
+
+
+# a 500 or 503 (or a throttle) that outlasted the retries; s3fs words some as an OSError
+_SERVER_FAULT = re.compile(
+    r"Internal ?Server ?Error|InternalError|Service ?Unavailable|SlowDown|Bad Gateway|"
+    r"Gateway Time-?out|reduce your request rate"
+)
 
 
 def _endpoint_hint() -> str:
