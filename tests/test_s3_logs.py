@@ -168,3 +168,20 @@ def test_a_sweep_with_its_log_dir_in_a_bucket(prefect_api, s3_server, s3_bucket,
         copy = read_eval_log(f"{s3_bucket}/sweep/logs-scored/{name}")
     verdicts = {s.id: s.scores["math"].value for s in copy.samples or []}
     assert verdicts == {1: 1.0, 2: 0.0, 3: 1.0, 4: 1.0}
+
+
+def test_a_log_ingested_from_disk_then_from_its_bucket_copy_is_one_run(
+    s3_server, s3_bucket, two_logs, tmp_path
+):
+    db = tmp_path / "g.duckdb"
+    [url] = _upload(s3_server, s3_bucket, two_logs[:1], "copies")
+    first = _gradebook(
+        "ingest", "--db", str(db), str(two_logs[0]), env=s3_server.env(), cwd=tmp_path
+    )
+    assert first.returncode == 0, first.stderr
+    again = _gradebook("ingest", "--db", str(db), url, env=s3_server.env(), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "+0 samples (12 stored)" in again.stdout, again.stdout
+    with Warehouse(db).read() as con:
+        assert con.execute("SELECT count(*), sum(n_samples) FROM runs").fetchone() == (1, 12)
+        assert con.execute("SELECT count(*) FROM samples").fetchone() == (12,)
