@@ -85,7 +85,7 @@ def _model(cfg: ModelConfig) -> Any:
 def run_generation(
     model_cfg: ModelConfig,
     tasks: list[TaskConfig],
-    log_dir: Path,
+    log_dir: Path | str,
     *,
     display: str = "none",
     sweep: str | None = None,
@@ -97,7 +97,8 @@ def run_generation(
     Args:
         model_cfg: the model; one `Model` object serves every task.
         tasks: the tasks to run with it.
-        log_dir: where the .eval logs go.
+        log_dir: where the .eval logs go: a directory, or an `s3://` prefix (Inspect writes
+            each log there whole, through fsspec).
         display: Inspect's display ("none" under gradebook's own progress bar).
         sweep: the sweep's name, written into each log's metadata so `gradebook gate --sweep`
             finds its runs.
@@ -111,7 +112,8 @@ def run_generation(
     """
     from inspect_ai import eval as inspect_eval
 
-    log_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(log_dir, Path):
+        log_dir.mkdir(parents=True, exist_ok=True)
     if not verbose():
         quiet_hook_banner()
     problem = server_problem(model_cfg)
@@ -182,7 +184,7 @@ def run_generation(
 
 
 def _captured(
-    task: Any, task_cfg: TaskConfig, workspaces: WorkspacesConfig | None, log_dir: Path
+    task: Any, task_cfg: TaskConfig, workspaces: WorkspacesConfig | None, log_dir: Path | str
 ) -> Any:
     """The task with its samples' sandbox workspaces captured at their end (workspaces.capture;
     a task without a sandbox is left as it is)."""
@@ -216,20 +218,31 @@ def not_started(model_cfg: ModelConfig, task_cfg: TaskConfig) -> GenerationResul
     return GenerationResult(model_cfg.label, task_cfg.label, None, None, "not started", 0, 0)
 
 
-def _logs_in(log_dir: Path) -> set[Path]:
-    return {p for p in log_dir.iterdir() if p.suffix in (".eval", ".json")}
+def _logs_in(log_dir: Path | str) -> set[str]:
+    if isinstance(log_dir, str):  # an object-store prefix: its listing, fresh
+        from warehouse.object_store import filesystem
+
+        try:
+            fs = filesystem(log_dir)
+            fs.invalidate_cache()
+            keys = fs.find(log_dir)
+        except Exception:  # noqa: BLE001 - nothing listed: a cancelled log is then not named
+            return set()
+        scheme = log_dir.split("://", 1)[0]
+        return {f"{scheme}://{k}" for k in keys if k.endswith((".eval", ".json"))}
+    return {str(p) for p in log_dir.iterdir() if p.suffix in (".eval", ".json")}
 
 
 def _cancelled(
-    model: str, task_label: str, log_dir: Path, before: set[Path]
+    model: str, task_label: str, log_dir: Path | str, before: set[str]
 ) -> list[GenerationResult]:
     from inspect_ai.log import read_eval_log, read_eval_log_sample_summaries
 
     results = []
     for path in sorted(_logs_in(log_dir) - before):
         try:
-            header = read_eval_log(str(path), header_only=True)
-            summaries = read_eval_log_sample_summaries(str(path))
+            header = read_eval_log(path, header_only=True)
+            summaries = read_eval_log_sample_summaries(path)
         except Exception:  # noqa: S112 - a log cut short by the stop: nothing to report on
             continue
         generated, errored, cancelled = _counts([s.error for s in summaries])  # messages
@@ -237,7 +250,7 @@ def _cancelled(
             GenerationResult(
                 model=model,
                 task=task_label,
-                log=str(path),
+                log=path,
                 run_id=header.eval.eval_id,
                 status=header.status,
                 samples=generated,
@@ -324,7 +337,7 @@ def _generate_run_name() -> str:
 def generate_for_model(
     model_cfg: ModelConfig,
     tasks: list[TaskConfig],
-    log_dir: Path,
+    log_dir: Path | str,
     sweep: str | None = None,
     roles: dict[str, Any] | None = None,
     workspaces: WorkspacesConfig | None = None,

@@ -577,7 +577,7 @@ def score_flow(
     if scored_log_dir:
         from warehouse.scored_logs import write_scored_logs
 
-        write_scored_logs(warehouse, logs, Path(scored_log_dir), problems)
+        write_scored_logs(warehouse, logs, scored_log_dir, problems)
     if problems:
         # the command exits 2 on these: its run says so too, not Completed
         unreadable = UnreadableLogs(ScoreSummaries(summaries, problems))

@@ -90,7 +90,7 @@ class SweepResult:
     dispatch: Any = None  # cluster mode: flows.cluster.dispatch.DispatchReport, per stage
     stopped: int | None = None  # the signal that stopped the sweep (flows.runtime.interrupts)
     # the scored copies written for `inspect view` (config `scored_logs`), and why any is not
-    scored_logs: list[Path] = field(default_factory=list)
+    scored_logs: list[str] = field(default_factory=list)
     scored_problems: list[str] = field(default_factory=list)
 
     @property
@@ -355,7 +355,7 @@ def sweep_flow(
 
 def _scored_copies(
     cfg: SweepConfig, generations: list[GenerationResult], problems: list[str]
-) -> list[Path]:
+) -> list[str]:
     """A scored copy of each log the sweep generated, in `cfg.scored_log_dir`: what `inspect
     view` shows with gradebook's scores (warehouse.scored_logs); a copy that cannot be made is
     one line in `problems`, never a failed sweep (the scores are in the warehouse)."""

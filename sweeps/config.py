@@ -26,7 +26,6 @@ from pydantic import (
 from gates.rules import GateRules
 from warehouse.inflate import MB, InflateLimits
 from warehouse.object_store import UnsupportedLocation, is_url, require_supported
-from workspaces.store import default_store
 
 __all__ = [
     "ClusterConfig",
@@ -352,7 +351,8 @@ class SweepConfig(_Strict):
     Attributes:
         name: the sweep's name (also the Prefect deployment name under `gradebook serve`).
         schedule: an optional cron string; `gradebook serve` runs the sweep on it.
-        log_dir: where Inspect writes the .eval logs (relative paths: to the config file).
+        log_dir: where Inspect writes the .eval logs (relative paths: to the config file); an
+            `s3://bucket/prefix` URL keeps them in object storage (a `str`, never a Path).
         warehouse: the DuckDB file (relative paths: to the config file).
         verifier_modules: extra Python modules to import so the verifiers they register exist.
         cluster: `[cluster]` settings; absent (the default) runs everything in this process.
@@ -363,12 +363,12 @@ class SweepConfig(_Strict):
         scored_logs: write a scored copy of each log the sweep generated, for `inspect view`
             (the original logs are never changed).
         scored_log_dir: where those copies go (default: beside `log_dir`, named
-            `<log_dir>-scored`; relative paths: to the config file).
+            `<log_dir>-scored`; relative paths: to the config file); an `s3://` URL too.
     """
 
     name: str
     schedule: str | None = None
-    log_dir: Path = Path("logs")
+    log_dir: Path | str = Path("logs")
     warehouse: Path = Path("gradebook.duckdb")
     verifier_modules: list[str] = Field(default_factory=list)
     models: list[ModelConfig] = Field(min_length=1)
@@ -379,19 +379,39 @@ class SweepConfig(_Strict):
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     workspaces: WorkspacesConfig = Field(default_factory=WorkspacesConfig)
     scored_logs: bool = True
-    scored_log_dir: Path | None = None
+    scored_log_dir: Path | str | None = None
     source: Path | None = Field(default=None, exclude=True)
 
-    @field_validator("log_dir", "warehouse", "scored_log_dir", mode="before")
+    @field_validator("warehouse", mode="before")
     @classmethod
     def _local_path(cls, v: Any) -> Any:
         # pathlib reads "s3://bucket/x" as the local folder "s3:/bucket/x": say so instead
         if isinstance(v, str) and "://" in v:
             raise ValueError(
-                f"{v!r} is a URL; this key takes a local path (object storage is not supported "
-                "here yet): give a directory on this machine"
+                f"{v!r} is a URL; the warehouse is a DuckDB file on this machine (one writer, "
+                "principle 8): give a local path"
             )
         return v
+
+    @field_validator("log_dir", "scored_log_dir", mode="before")
+    @classmethod
+    def _log_location(cls, v: Any) -> Any:
+        # an object-store URL stays a string (pathlib would read "s3://b/x" as the folder
+        # "s3:/b/x"); `file://` is a local path; any other scheme is named, never a folder
+        from warehouse.object_store import (
+            UnsupportedLocation,
+            is_url,
+            local_path,
+            require_supported,
+        )
+
+        if not isinstance(v, str):
+            return v
+        try:
+            require_supported(v, "this key's")
+        except UnsupportedLocation as exc:
+            raise ValueError(str(exc)) from None
+        return v.rstrip("/") if is_url(v) else local_path(v)
 
     @field_validator("name")
     @classmethod
@@ -547,14 +567,14 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
         _resolve_verifiers(_resolve_task(t, base, source, i), base, source, i, cfg.model_roles)
         for i, t in enumerate(cfg.tasks)
     ]
-    log_dir = _resolve(cfg.log_dir, base)
+    log_dir = _resolve_log_location(cfg.log_dir, base)
     store = cfg.workspaces.store
-    scored = _resolve(cfg.scored_log_dir, base) if cfg.scored_log_dir else None
-    if scored is not None and (scored == log_dir or log_dir in scored.parents):
+    scored = _resolve_log_location(cfg.scored_log_dir, base) if cfg.scored_log_dir else None
+    if scored is not None and _inside(scored, log_dir):
         raise ConfigError(
             f"{source}: scored_log_dir: {scored} is inside log_dir ({log_dir}), where the copies "
             "would be taken for logs of their own; put it beside log_dir (or leave it out: "
-            f"{log_dir.name}-scored)"
+            f"{_name_of(log_dir)}-scored)"
         )
     return cfg.model_copy(
         update={
@@ -563,11 +583,11 @@ def parse_config(raw: dict[str, Any], *, source: Path | str = "<config>") -> Swe
             "tasks": tasks,
             "cluster": _resolve_cluster(cfg.cluster, base),
             "workspaces": cfg.workspaces.model_copy(
-                update={"store": _resolve(store, base) if store else default_store(log_dir)}
+                update={"store": _resolve(store, base) if store else _beside(log_dir, "workspaces")}
             ),
             # beside the logs, not among them: a later `score LOG_DIR` must not take the
             # copies for logs of their own
-            "scored_log_dir": scored or log_dir.with_name(f"{log_dir.name}-scored"),
+            "scored_log_dir": scored or _sibling(log_dir, f"{_name_of(log_dir)}-scored"),
             "source": source,
         }
     )
@@ -611,6 +631,33 @@ def _resolve(p: Any, base: Path) -> Any:
     if isinstance(p, str) and is_url(p):
         return p  # a bucket prefix: nothing to resolve
     return p if p.is_absolute() else (base / p).resolve()
+
+
+def _resolve_log_location(p: Path | str, base: Path) -> Path | str:
+    """A local directory resolved against the config's folder; an object-store URL as given."""
+    return p if isinstance(p, str) else _resolve(p, base)
+
+
+def _name_of(location: Path | str) -> str:
+    return location.rstrip("/").rsplit("/", 1)[-1] if isinstance(location, str) else location.name
+
+
+def _sibling(location: Path | str, name: str) -> Path | str:
+    if isinstance(location, str):
+        return f"{location.rstrip('/').rsplit('/', 1)[0]}/{name}"
+    return location.with_name(name)
+
+
+def _beside(location: Path | str, name: str) -> Any:
+    # the workspace store under an s3:// log_dir is a URL too (workspaces.store reads it)
+    return f"{location.rstrip('/')}/{name}" if isinstance(location, str) else location / name
+
+
+def _inside(inner: Path | str, outer: Path | str) -> bool:
+    if isinstance(inner, str) or isinstance(outer, str):
+        a, b = str(inner).rstrip("/"), str(outer).rstrip("/")
+        return a == b or a.startswith(b + "/")
+    return inner == outer or outer in inner.parents
 
 
 def _resolve_cluster(cluster: ClusterConfig | None, base: Path) -> ClusterConfig | None:

@@ -50,17 +50,28 @@ def test_scored_copies_inside_the_log_dir_are_refused(tmp_path: Path) -> None:
     assert "scored_log_dir" in line and "inside log_dir" in line
 
 
-@pytest.mark.parametrize("key", ["log_dir", "scored_log_dir", "warehouse"])
-def test_a_url_for_a_local_path_is_one_line_and_no_folder_named_s3(
-    tmp_path: Path, key: str
+@pytest.mark.parametrize(
+    ("key", "url", "said"),
+    [
+        (
+            "warehouse",
+            "s3://bucket/sweep",
+            "'s3://bucket/sweep' is a URL; the warehouse is a DuckDB file",
+        ),
+        ("log_dir", "gs://bucket/sweep", "gs://bucket/sweep: gradebook reads and writes s3://"),
+        ("scored_log_dir", "gs://bucket/x", "gs://bucket/x: gradebook reads and writes s3://"),
+    ],
+)
+def test_a_url_gradebook_cannot_use_is_one_line_and_no_folder_named_after_it(
+    tmp_path: Path, key: str, url: str, said: str
 ) -> None:
     cfg = tmp_path / "sweep.toml"
     cfg.write_text(
-        f'name = "urls"\n{key} = "s3://bucket/sweep"\n'
+        f'name = "urls"\n{key} = "{url}"\n'
         '[[models]]\nmodel = "mockllm/model"\n[[tasks]]\ntask = "math_verified"\n'
     )
     ran = gradebook("generate", str(cfg), env=shell_env(tmp_path / "ph"), cwd=tmp_path)
     assert ran.code == 2
     [line] = ran.stderr_lines
-    assert key in line and "'s3://bucket/sweep' is a URL" in line
-    assert not (tmp_path / "s3:").exists()
+    assert key in line and said in line, line
+    assert not (tmp_path / url.split("/")[0]).exists()

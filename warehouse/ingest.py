@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
+import warehouse.log_spill as log_spill
 import warehouse.log_stamps as log_stamps
 from warehouse.connection import (
     WarehouseError,
@@ -112,6 +113,8 @@ class Ingest:
             One result per path, in order; a bad log gives `error` set and the others go on.
         """
         limits = limits or InflateLimits.from_env()
+        # logs in object storage: the next one is fetched while this one is read
+        log_spill.expect([str(p) for p in paths])
         results: list[IngestResult] = []
         if not progress:
             for p in paths:

@@ -34,7 +34,16 @@ from inspect_ai.log import (
 
 import warehouse.eval_archive as eval_archive
 from warehouse.inflate import InflateLimits, InflateRefused, LogTooBig, inflate
+from warehouse.log_spill import SpillError, local_copy
 from warehouse.log_stamps import NO_STAMP, LogStamp
+from warehouse.object_store import (
+    ObjectStoreError,
+    UnsupportedLocation,
+    filesystem,
+    is_url,
+    one_line_error,
+    require_supported,
+)
 from warehouse.sample_rows import (
     BadSample,
     SampleColumns,
@@ -51,7 +60,27 @@ class LogReadError(Exception):
 
 
 def is_remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+    """Whether `path` is an object-store URL (`s3://…`); `file://` is local."""
+    return is_url(path)
+
+
+def local_log(path: str) -> str:
+    """A path the local readers can open for the log at `path`: itself, or for a URL its
+    local copy (warehouse.log_spill: fetched once per command).
+
+    Raises:
+        LogReadError: an unsupported URL, or the object could not be fetched (one line).
+    """
+    try:
+        require_supported(path, "log")
+        return local_copy(path)
+    except (UnsupportedLocation, SpillError) as exc:
+        raise LogReadError(str(exc)) from exc
+
+
+def _named(exc: Exception, local: str, path: str) -> str:
+    """An error about the local copy of a log, naming the log's URL instead."""
+    return str(exc).replace(local, path)
 
 
 def expand_log_paths(paths: Iterable[str | Path]) -> list[str]:
@@ -82,7 +111,16 @@ def find_logs(paths: Iterable[str | Path]) -> tuple[list[str], list[str]]:
     skipped: list[str] = []
     for p in paths:
         path = str(p)
-        if is_remote(path) or not Path(path).is_dir():
+        if path.lower().startswith("file://"):
+            path = path[len("file://") :]
+        if is_remote(path):
+            out.extend(_remote_logs(path, skipped))
+            continue
+        if not Path(path).is_dir():
+            try:
+                require_supported(path, "log")
+            except UnsupportedLocation as exc:
+                raise LogReadError(str(exc)) from None
             out.append(path)
             continue
         found = {
@@ -107,6 +145,48 @@ def find_logs(paths: Iterable[str | Path]) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(out)), skipped
 
 
+def _remote_logs(url: str, skipped: list[str]) -> list[str]:
+    """The Inspect logs at a URL: the object itself when it is named `.eval`/`.json`, else every
+    `.eval` and `.json` log under the prefix, listed like a directory (recursively, in key
+    order). Other objects are added to `skipped`.
+
+    Raises:
+        LogReadError: an unsupported scheme, a store that cannot be listed, or no logs there.
+    """
+    try:
+        require_supported(url, "log")
+        if url.endswith((".eval", ".json")):
+            return [url]
+        fs = filesystem(url)
+        root = url.rstrip("/")
+        fs.invalidate_cache()  # a listing is always fresh: a watcher polls the same prefix
+        keys = sorted(fs.find(root))
+    except UnsupportedLocation as exc:
+        raise LogReadError(str(exc)) from None
+    except ObjectStoreError as exc:
+        raise LogReadError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - whatever the store said, one line
+        raise LogReadError(one_line_error(url, exc)) from None
+    scheme = url.split("://", 1)[0]
+    found: list[str] = []
+    prefix = root.split("://", 1)[1]
+    for key in keys:
+        rel = key[len(prefix) :].lstrip("/") if key.startswith(prefix) else key
+        if any(part.startswith(".") for part in rel.split("/")):
+            continue
+        name = rel.rsplit("/", 1)[-1]
+        if name.endswith(".eval") or (name.endswith(".json") and name not in _NOT_REPORTED):
+            found.append(f"{scheme}://{key}")
+        elif name not in _NOT_REPORTED:
+            skipped.append(f"{scheme}://{key}")
+    if not found:
+        raise LogReadError(
+            f"{url}: no Inspect logs under this prefix (.eval files, or .json logs); "
+            "pass a prefix that holds logs, or the URL of a log"
+        )
+    return found
+
+
 def _hidden(file: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in file.relative_to(root).parts)
 
@@ -127,6 +207,10 @@ def server_of(header: EvalLog) -> str:
 
 def check_log_path(path: str) -> None:
     """Fail early, in one line, on a path that cannot be an Inspect log."""
+    try:
+        require_supported(path, "log")
+    except UnsupportedLocation as exc:
+        raise LogReadError(str(exc)) from None
     if not path.endswith((".eval", ".json")):
         raise LogReadError(f"{path}: not an Inspect log (expected a .eval or .json file)")
     if not is_remote(path) and not Path(path).is_file():
@@ -139,15 +223,18 @@ def file_digest(path: str) -> tuple[str, int]:
     Raises:
         LogReadError: the file could not be read (e.g. it was removed after its header was read).
     """
+    local = local_log(path)
     digest = hashlib.sha256()
     size = 0
     try:
-        with fsspec.open(path, "rb") as f:
+        with open(local, "rb") as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
                 size += len(chunk)
     except OSError as exc:
-        raise LogReadError(f"{path}: unreadable file ({_one_line(exc)})") from exc
+        raise LogReadError(
+            _named(LogReadError(f"{path}: unreadable file ({_one_line(exc)})"), local, path)
+        ) from exc
     return digest.hexdigest(), size
 
 
@@ -171,6 +258,12 @@ def read_header(path: str, *, fast: bool = True, limits: InflateLimits | None = 
     Raises:
         LogReadError: the path is not a readable Inspect log, or its header is over the limits.
     """
+    if is_remote(path):  # read from its local copy, named by its URL
+        local = local_log(path)
+        try:
+            return read_header(local, fast=fast, limits=limits)
+        except LogReadError as exc:
+            raise LogReadError(_named(exc, local, path)) from exc
     key = None
     if fast and not is_remote(path):
         try:
@@ -341,6 +434,15 @@ def iter_sample_columns(
         LogReadError: the log as a whole cannot be read (its archive, sample list or JSON), or
             is over the limits (the per-log one, or a `.json` log over the per-member one).
     """
+    if is_remote(path):  # read from its local copy, named by its URL
+        local = local_log(path)
+        try:
+            yield from iter_sample_columns(
+                local, header, run_id, have, batch_size=batch_size, fast=fast, limits=limits
+            )
+        except LogReadError as exc:
+            raise LogReadError(_named(exc, local, path)) from exc
+        return
     limits = limits or InflateLimits.from_env()
     try:
         if fast and eval_archive.applies(path, header):

@@ -32,6 +32,16 @@ __all__ = [
 ]
 
 SCHEMES = ("s3",)  # reached through fsspec; `file://` is a local path
+
+# Retries are bounded at two levels, so a store that keeps failing ends in one line, not a hang:
+# botocore's "standard" mode sends a request at most ATTEMPTS times on a 500, 502-504, a
+# throttle (SlowDown, 429) or a dropped connection, waiting a random 0-2^n s between (at most
+# 20 s); s3fs repeats a call whose response body was cut short up to READ_RETRIES times
+# (0.1 * 1.7^n s between). So one request is tried at most ATTEMPTS * READ_RETRIES times.
+ATTEMPTS = 4
+READ_RETRIES = 3
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 60
 _URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
@@ -96,9 +106,17 @@ def filesystem(location: str | Path) -> Any:
     # whose AWS_ENDPOINT_URL changes (a test's fault-injecting proxy) gets a client for the new one
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     _require_credentials(text)
-    return fsspec.filesystem(
-        _URL.match(text)["scheme"].lower(), **({"endpoint_url": endpoint} if endpoint else {})
+    fs = fsspec.filesystem(
+        _URL.match(text)["scheme"].lower(),
+        **({"endpoint_url": endpoint} if endpoint else {}),
+        config_kwargs={
+            "retries": {"max_attempts": ATTEMPTS, "mode": "standard"},
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "read_timeout": READ_TIMEOUT_S,
+        },
     )
+    fs.retries = READ_RETRIES
+    return fs
 
 
 _FOUND_CREDENTIALS: set[tuple[str | None, ...]] = set()

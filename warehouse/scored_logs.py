@@ -10,7 +10,7 @@ from typing import Any
 __all__ = ["check_scored_log_dir", "write_scored_logs"]
 
 
-def check_scored_log_dir(logs: Sequence[str | Path], out_dir: Path) -> None:
+def check_scored_log_dir(logs: Sequence[str | Path], out_dir: str | Path) -> None:
     """Refuse an `out_dir` that would overwrite an original log (its copy has its name).
 
     Cheap, so a command checks it before scoring rather than after.
@@ -18,9 +18,20 @@ def check_scored_log_dir(logs: Sequence[str | Path], out_dir: Path) -> None:
     Raises:
         ValueError: one line naming the dir and the log.
     """
-    out = Path(out_dir).resolve()
+    from warehouse.object_store import is_url
+
+    remote = is_url(out_dir)
+    out = str(out_dir).rstrip("/") if remote else Path(out_dir).resolve()
     for path in logs:
-        if Path(str(path)).resolve().parent == out:
+        text = str(path)
+        parent = (
+            text.rsplit("/", 1)[0]
+            if is_url(text)
+            else None
+            if remote
+            else Path(text.removeprefix("file://")).resolve().parent
+        )
+        if parent == out:
             raise ValueError(
                 f"{out_dir}: --scored-logs would overwrite the original log {path} (a scored "
                 "copy keeps the log's name); pick another dir"
@@ -30,9 +41,9 @@ def check_scored_log_dir(logs: Sequence[str | Path], out_dir: Path) -> None:
 def write_scored_logs(
     warehouse: str | Path,
     logs: Sequence[str | Path],
-    out_dir: Path,
+    out_dir: str | Path,
     problems: list[str] | None = None,
-) -> list[Path]:
+) -> list[str]:
     """Write `out_dir/<log name>` for each log with the newest fingerprint's scores attached,
     and `results` (metrics per scorer) computed as `inspect score` computes them, so
     `inspect view` and `evals_df` show the headline metric.
@@ -51,30 +62,42 @@ def write_scored_logs(
     log names that never ran on it (a task's own scorer under `score=False`) is left out, so
     no NaN stands in its place.
 
+    `out_dir` may be an object-store URL (`s3://…`): each copy is written to a local temporary
+    file and then uploaded whole, so the prefix never holds half a log.
+
     Returns:
-        The paths written.
+        The paths (or URLs) written.
     """
     from inspect_ai.log import read_eval_log, write_eval_log
 
     from warehouse import Warehouse
     from warehouse.inflate import InflateLimits, InflateRefused
-    from warehouse.logs import check_for_inspect
+    from warehouse.logs import LogReadError, check_for_inspect, local_log
+    from warehouse.object_store import is_url
     from warehouse.recorded_scores import inspect_names
     from warehouse.schema import RECORDED_PREFIX
     from warehouse.score_values import DICT_KEY_SEP, to_inspect_score
 
     check_scored_log_dir(logs, out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    remote = is_url(out_dir)
+    if not remote:
+        out_dir = Path(str(out_dir).removeprefix("file://"))
+        out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     limits = InflateLimits.from_env()
     for path in logs:
         try:
-            check_for_inspect(str(path), limits, lambda name: True)
+            local = local_log(str(path))  # a URL's copy, fetched once per command
+            check_for_inspect(local, limits, lambda name: True)
         except InflateRefused as exc:
             if problems is not None:
                 problems.append(f"{path}: no scored copy written: refused ({exc})")
             continue
-        log = read_eval_log(str(path))
+        except LogReadError as exc:
+            if problems is not None:
+                problems.append(f"{path}: no scored copy written ({exc})")
+            continue
+        log = read_eval_log(local)
         with Warehouse(warehouse).read() as con:
             rows = con.execute(
                 "SELECT sample_id, epoch, scorer, status, value, answer, explanation, reason, "
@@ -99,10 +122,40 @@ def write_scored_logs(
         if by_sample:
             used = {name for scores in by_sample.values() for name in scores}
             _recompute_results(log, {shown[n]: n for n in sorted(parents) if shown[n] in used})
-        target = out_dir / Path(str(path)).name
+        name = str(path).rstrip("/").rsplit("/", 1)[-1]
+        if remote:
+            target = _upload(log, f"{str(out_dir).rstrip('/')}/{name}", problems)
+            if target is not None:
+                written.append(target)
+            continue
+        target = Path(out_dir) / name
         write_eval_log(log, str(target))
-        written.append(target)
+        written.append(str(target))
     return written
+
+
+def _upload(log: Any, url: str, problems: list[str] | None) -> str | None:
+    """Write `log` to a local temporary file, then put it at `url` in one upload: a reader of
+    the prefix sees the old object or the new one, never half of one."""
+    import tempfile
+
+    from inspect_ai.log import write_eval_log
+
+    from warehouse.log_spill import spill_dir
+    from warehouse.object_store import filesystem, one_line_error
+
+    spill = spill_dir()
+    spill.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=spill, prefix=".upload-") as tmp:
+        local = Path(tmp) / url.rsplit("/", 1)[-1]
+        write_eval_log(log, str(local))
+        try:
+            filesystem(url).put_file(str(local), url)
+        except Exception as exc:  # noqa: BLE001 - the store's fault, one line
+            if problems is not None:
+                problems.append(f"no scored copy written: {one_line_error(url, exc)}")
+            return None
+    return url
 
 
 def _shown_names(stored: set[str], inspect_keys: dict[str, str]) -> dict[str, str]:

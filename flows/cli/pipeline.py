@@ -267,7 +267,7 @@ def print_scored_copies(result: Any) -> None:
     for problem in result.scored_problems:
         err_console.print(f"note: {shown(problem)}", soft_wrap=True)
     if result.scored_logs:
-        where = Path(result.scored_logs[0]).parent
+        where = str(result.scored_logs[0]).rsplit("/", 1)[0]  # a directory or an s3:// prefix
         console.print(
             f"scored copies of the logs ({len(result.scored_logs)}), for Inspect View: "
             f"inspect view --log-dir {shlex.quote(str(where))}",

@@ -79,7 +79,18 @@ def _load_verifiers(modules: list[str] | None, names: list[str], db: Path) -> No
             raise _fail(str(exc) if len(names) == 1 else f"{exc} ({problem})") from None
 
 
-def _check_readable(files: list[Path], given: int) -> None:
+def _log_locations_dir(location: str) -> str:
+    """--scored-logs as given (`file://` as a local path); an unsupported URL is one line."""
+    from warehouse.object_store import UnsupportedLocation, is_url, local_path, require_supported
+
+    try:
+        require_supported(location, "--scored-logs")
+    except UnsupportedLocation as exc:
+        raise _fail(str(exc)) from None
+    return location if is_url(location) else str(local_path(location))
+
+
+def _check_readable(files: list[str], given: int) -> None:
     """When no log given can be read (a truncated archive, a file that is not a log), say why
     for each, one line, and stop (exit 2) before any Prefect start; with some readable, the
     stage scores those and reports the others."""
@@ -113,10 +124,40 @@ def _check_logs_scorers(logs: list[str], db: Path) -> None:
 # -- commands ------------------------------------------------------------------------------------
 
 
+def _log_locations(logs: list[str]) -> list[str]:
+    """The logs given, `file://` URLs as local paths; an unsupported URL or a local path that
+    is not there is one line (exit 2). An object-store URL is checked when it is read."""
+    from warehouse.object_store import UnsupportedLocation, is_url, local_path, require_supported
+
+    out = []
+    for given in logs:
+        try:
+            require_supported(given, "log")
+        except UnsupportedLocation as exc:
+            raise _fail(str(exc)) from None
+        out.append(given if is_url(given) else str(local_path(given)))
+    missing = [p for p in out if not is_url(p) and not Path(p).exists()]
+    if missing:
+        raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval or .json logs")
+    return out
+
+
+def _is_log_file(location: str) -> bool:
+    """A log file, not a directory or prefix of logs (a URL: by its name)."""
+    from warehouse.object_store import is_url
+
+    if is_url(location):
+        return location.endswith((".eval", ".json"))
+    return Path(location).is_file()
+
+
 def score(
     logs: Annotated[
-        list[Path],
-        typer.Argument(help="Inspect logs (.eval or .json), or directories of logs, to score."),
+        list[str],
+        typer.Argument(
+            help="Inspect logs (.eval or .json), or directories of logs, to score; local "
+            "paths, file:// or s3:// URLs (an s3:// prefix is listed like a directory)."
+        ),
     ],
     db: DbOption = Path("gradebook.duckdb"),
     verifier: Annotated[
@@ -127,8 +168,11 @@ def score(
     ] = None,
     workers: WorkersOption = None,
     scored_logs: Annotated[
-        Path | None,
-        typer.Option("--scored-logs", help="Also write scored copies of the logs into this dir."),
+        str | None,
+        typer.Option(
+            "--scored-logs",
+            help="Also write scored copies of the logs into this dir (or s3:// prefix).",
+        ),
     ] = None,
     retry_unscored: RetryOption = False,
     verifier_module: ModulesOption = None,
@@ -141,9 +185,9 @@ def score(
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
     set_limits(max_member_mb, max_log_mb, max_inflate_ratio)  # every read of a log below
-    missing = [str(p) for p in logs if not p.exists()]
-    if missing:
-        raise _fail(f"log not found: {', '.join(missing)}; pass paths of .eval or .json logs")
+    logs = _log_locations(logs)
+    if scored_logs is not None:
+        scored_logs = _log_locations_dir(scored_logs)
     _check_warehouse(db)  # before the imports below (Inspect, Prefect: seconds)
     if model_role:
         from verifiers.roles import log_entries
@@ -154,7 +198,7 @@ def score(
         except LogReadError as exc:
             raise _fail(str(exc)) from None
         verifier_module = _with_judges(verifier_module, model_role, entries)
-    files = all(p.is_file() for p in logs)  # not directories of logs
+    files = all(_is_log_file(p) for p in logs)  # not directories of logs
     if files:
         # an Inspect scorer's warm process boots from the command line alone, while the
         # verifiers are resolved (that imports Inspect too) and the warehouse is checked
@@ -162,11 +206,13 @@ def score(
 
         prewarm_for([str(p) for p in logs], verifier, early=verifier_module or [])
     # decided from the warehouse before Prefect or Inspect are loaded: a no-op costs ~ `sql`
-    if scored_logs is None and files:
+    local = not any("://" in p for p in logs)  # a URL's log is compared once it is fetched
+    if scored_logs is None and files and local:
         from verifiers.nothing_to_do import nothing_to_score
 
         _load_verifiers(verifier_module, verifier or [], db)
-        noop = _no_op(lambda: nothing_to_score(logs, db, verifier, retry_unscored=retry_unscored))
+        given = [Path(p) for p in logs]
+        noop = _no_op(lambda: nothing_to_score(given, db, verifier, retry_unscored=retry_unscored))
         if noop is not None:
             console.print(noop, soft_wrap=True)
             return
@@ -175,7 +221,7 @@ def score(
 
         prewarm_for([str(p) for p in logs], verifier)
 
-    _check_readable([p for p in logs if p.is_file()], len(logs))
+    _check_readable([p for p in logs if _is_log_file(p)], len(logs))
     quiet_prefect(verbose)  # before Prefect is first imported
     from flows.score import run_score
     from warehouse.logs import LogReadError, find_logs
@@ -203,7 +249,7 @@ def score(
                 str(db),
                 verifiers=verifier,
                 workers=workers,
-                scored_log_dir=str(scored_logs) if scored_logs else None,
+                scored_log_dir=scored_logs,
                 retry_unscored=retry_unscored,
             ),
             lock_timeout=lock_timeout,

@@ -1,0 +1,170 @@
+"""Logs in S3-compatible object storage: ingest and score take s3:// URLs (a prefix is listed
+like a directory), scored copies are uploaded whole, and the same log read from a local path and
+from its copy in a bucket is one run. Against a real S3 server (moto's) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from warehouse_logs import make_log, variant
+
+from warehouse import Warehouse
+
+GRADEBOOK = [sys.executable, "-m", "flows.cli"]
+
+
+def _gradebook(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*GRADEBOOK, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **env},
+    )
+
+
+@pytest.fixture(scope="module")
+def two_logs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two real logs of different runs (6 samples x 2 epochs each, every 3rd one errored)."""
+    base = make_log(tmp_path_factory.mktemp("made"))
+    out = tmp_path_factory.mktemp("logs")
+    other = variant(base, out / "second.eval", eval_id="second-run")
+    first = out / "first.eval"
+    first.write_bytes(Path(base.location).read_bytes())
+    return [first, other]
+
+
+def _upload(s3, bucket: str, files: list[Path], prefix: str) -> list[str]:
+    client = s3.client()
+    name = bucket.removeprefix("s3://")
+    for f in files:
+        client.upload_file(str(f), name, f"{prefix}/{f.name}")
+    return [f"{bucket}/{prefix}/{f.name}" for f in files]
+
+
+def test_ingest_lists_a_prefix_like_a_directory(s3_server, s3_bucket, two_logs, tmp_path):
+    urls = _upload(s3_server, s3_bucket, two_logs, "sweep/logs")
+    bucket = s3_bucket.removeprefix("s3://")
+    s3_server.client().put_object(Bucket=bucket, Key="sweep/logs/notes.txt", Body=b"not a log")
+    db = tmp_path / "g.duckdb"
+
+    ran = _gradebook("ingest", "--db", str(db), f"{s3_bucket}/sweep/logs/", env=s3_server.env(),
+                     cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert [ln.split(": run ")[0] for ln in ran.stdout.splitlines() if ": run " in ln] == urls
+    assert f"{s3_bucket}/sweep/logs/notes.txt" in ran.stdout + ran.stderr  # said it was skipped
+    with Warehouse(db).read() as con:
+        runs = con.execute("SELECT log_path, n_samples FROM runs ORDER BY log_path").fetchall()
+    assert runs == [(urls[0], 12), (urls[1], 12)]
+    assert not (tmp_path / "s3:").exists()  # never a local folder named after the scheme
+
+    again = _gradebook("ingest", "--db", str(db), f"{s3_bucket}/sweep/logs",
+                       env=s3_server.env(), cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("+0 samples (12 stored)") == 2, again.stdout
+
+
+def test_a_url_gradebook_cannot_read_is_one_line_naming_it(tmp_path):
+    for cmd in (["ingest", "--db", str(tmp_path / "g.duckdb")], ["score", "--db", str(tmp_path / "g.duckdb")]):  # fmt: skip
+        ran = _gradebook(*cmd, "gs://bucket/logs/", env={}, cwd=tmp_path)
+        assert ran.returncode == 2, ran.stdout + ran.stderr
+        assert (
+            ran.stderr.strip()
+            .splitlines()[-1]
+            .endswith(
+                "log gs://bucket/logs/: gradebook reads and writes s3://, file:// URLs and local "
+                "paths, not gs://"
+            )
+        ), ran.stderr
+        assert "Traceback" not in ran.stderr
+    assert not (tmp_path / "gs:").exists()
+
+
+def test_a_missing_bucket_and_a_missing_credential_are_one_line_each(s3_server, tmp_path):
+    ran = _gradebook("ingest", "--db", str(tmp_path / "g.duckdb"), "s3://no-such-bucket-here/x/",
+                     env=s3_server.env(), cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == (
+        "error: s3://no-such-bucket-here/x/: no such bucket: create it, or check the URL"
+    ), ran.stderr
+    env = {k: v for k, v in s3_server.env().items() if not k.startswith("AWS_SECRET")}
+    env["AWS_ACCESS_KEY_ID"] = ""
+    ran = _gradebook("ingest", "--db", str(tmp_path / "g.duckdb"), "s3://some-bucket/x/",
+                     env=env, cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 2
+    assert ran.stderr.strip().startswith(
+        "error: s3://some-bucket/x/: no credentials for the object store: set AWS_ACCESS_KEY_ID"
+    ), ran.stderr
+
+
+@pytest.mark.slow
+def test_score_a_prefix_into_a_fresh_warehouse_with_scored_copies_in_the_bucket(
+    prefect_api, s3_server, s3_bucket, two_logs, tmp_path
+):
+    urls = _upload(s3_server, s3_bucket, two_logs, "sweep/logs")
+    db = tmp_path / "fresh.duckdb"
+    ran = _gradebook("score", f"{s3_bucket}/sweep/logs/", "--db", str(db), "--verifier", "math",
+                     "--scored-logs", f"{s3_bucket}/sweep/scored", env=s3_server.env(),
+                     cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    with Warehouse(db).read() as con:
+        runs = con.execute("SELECT log_path FROM runs ORDER BY 1").fetchall()
+        scored = con.execute(
+            "SELECT count(*) FROM scores WHERE scorer = 'math' GROUP BY run_id"
+        ).fetchall()
+    assert runs == [(u,) for u in urls]
+    assert scored == [(12,), (12,)]
+    # the copies are whole logs in the bucket, with gradebook's scores, read by Inspect itself
+    from inspect_ai.log import read_eval_log
+
+    from flows.runtime.envvars import environ_set
+
+    with environ_set(s3_server.env()):
+        for f in two_logs:
+            copy = read_eval_log(f"{s3_bucket}/sweep/scored/{f.name}")
+            assert copy.results is not None and copy.results.scores[0].name == "math"
+            assert all("math" in (s.scores or {}) for s in copy.samples or [])
+
+
+@pytest.mark.slow
+def test_a_sweep_with_its_log_dir_in_a_bucket(prefect_api, s3_server, s3_bucket, tmp_path):
+    """Inspect writes the log into the bucket itself; the sweep ingests and scores it from
+    there and uploads the scored copy beside it; nothing lands in a local folder named 's3:'."""
+    from cli_kit import gradebook, shell_env
+    from flows_kit import TASK_SPEC
+    from inspect_ai.log import read_eval_log
+
+    from flows.runtime.envvars import environ_set
+
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'name = "bucketed"\nlog_dir = "{s3_bucket}/sweep/logs"\nwarehouse = "w.duckdb"\n'
+        '[[models]]\nname = "m1"\nmodel = "mockllm/model"\nargs_from = "cluster_kit:mock_args"\n'
+        f'[[tasks]]\ntask = "{TASK_SPEC}"\nargs = {{ n = 4 }}\nverifiers = ["math"]\n'
+    )
+    env = shell_env(tmp_path / "ph", api_url=prefect_api, PYTHONPATH=str(Path(__file__).parent),
+                    **s3_server.env())  # fmt: skip
+    ran = gradebook("sweep", str(cfg), env=env, cwd=tmp_path)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "logs").exists()
+    bucket = s3_bucket.removeprefix("s3://")
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+    [log_key] = [k for k in keys if k.startswith("sweep/logs/") and k.endswith(".eval")]
+    name = log_key.rsplit("/", 1)[1]
+    assert f"sweep/logs-scored/{name}" in keys
+    assert f"inspect view --log-dir {s3_bucket}/sweep/logs-scored" in " ".join(ran.stdout.split())
+    with Warehouse(tmp_path / "w.duckdb").read() as con:
+        [(log_path, scored)] = con.execute(
+            "SELECT log_path, (SELECT count(*) FROM scores s WHERE s.run_id = r.run_id "
+            "AND scorer = 'math') FROM runs r"
+        ).fetchall()
+    assert (log_path, scored) == (f"{s3_bucket}/{log_key}", 4)
+    with environ_set(s3_server.env()):
+        copy = read_eval_log(f"{s3_bucket}/sweep/logs-scored/{name}")
+    verdicts = {s.id: s.scores["math"].value for s in copy.samples or []}
+    assert verdicts == {1: 1.0, 2: 0.0, 3: 1.0, 4: 1.0}
