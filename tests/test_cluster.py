@@ -370,8 +370,8 @@ def test_a_sweep_whose_hosts_share_only_the_prefect_server_and_a_bucket(cluster,
     # principle 8 and the AWS chain: a worker is handed URLs, never the warehouse, a key or
     # the endpoint
     sent = json.dumps([fr.parameters for fr, _ in runs.values()])
-    for secret in s3_env.env().values():
-        assert secret not in sent
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        assert s3_env.env()[var] not in sent, var
     assert ".duckdb" not in sent and f"{root}/staging/chunks/" in sent
 
     n, distinct, samples = _score_counts(cfg)

@@ -124,3 +124,45 @@ def test_a_gpu_host_that_cannot_use_the_log_bucket_says_so_in_its_manifest(
         result.error
     )
     assert "no such bucket" in result.error
+
+
+def test_a_gpu_worker_writes_its_logs_workspaces_and_manifest_into_the_bucket(
+    s3_bucket, s3_env, tmp_path, monkeypatch
+) -> None:
+    """The generate flow's own function, as a GPU worker runs it in a directory of its own: an
+    agentic task on Inspect's `local` sandbox, its log and its workspace archives in the bucket,
+    nothing written where it runs."""
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    host = tmp_path / "gpu-host"
+    host.mkdir()
+    monkeypatch.chdir(host)
+    root = f"{s3_bucket}/sweep"
+    manifest = staging.join(root, "staging", "manifests", "run-0-m.json")
+    count = cluster_generate.fn(
+        model={"name": "m", "model": "mockllm/model", "args_from": "workspace_kit:mock_args"},
+        tasks=[{"task": f"{tests / 'workspace_kit.py'}@notes_local", "args": {"n": 2}}],
+        log_dir=f"{root}/logs",
+        manifest=manifest,
+        sweep="s3-gen",
+        workspaces={"capture": True, "store": f"{root}/workspaces", "max_mb": 64},
+    )
+    assert count == 1
+    [result] = read_manifest(manifest)
+    assert result.status == "success" and result.log.startswith(f"{root}/logs/")
+    keys = _keys(s3_env, root)
+    assert [k for k in keys if k.startswith("logs/") and k.endswith(".eval")] == [
+        result.log.removeprefix(f"{root}/")
+    ]
+    archives = [k for k in keys if k.startswith("workspaces/sha256/")]
+    assert archives and all(k.endswith(".tar.zst") for k in archives)
+    assert not [p for p in host.rglob("*") if p.is_file()]  # nothing went through this path
+    # the dispatcher ingests the log from the bucket: its records name the bucket store
+    wh = Warehouse(tmp_path / "gb.duckdb")
+    [ingested] = wh.ingest_logs([result.log])
+    assert ingested.error is None, ingested.error
+    with wh.read() as con:
+        boxes = con.execute("SELECT status, store, digest FROM workspaces").fetchall()
+    assert {b[:2] for b in boxes} == {("captured", f"{root}/workspaces")} and len(boxes) == 2
+    assert {f"workspaces/sha256/{d[:2]}/{d}.tar.zst" for *_, d in boxes} <= set(archives)
