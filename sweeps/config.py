@@ -25,6 +25,7 @@ from pydantic import (
 
 from gates.rules import GateRules
 from warehouse.inflate import MB, InflateLimits
+from warehouse.object_store import UnsupportedLocation, is_url, require_supported
 
 __all__ = [
     "ClusterConfig",
@@ -254,12 +255,15 @@ class ClusterConfig(_Strict):
     """`[cluster]`: run the sweep on Prefect work pools instead of in this process.
 
     Present means cluster mode: each model's generation goes to its `work_pool` (a
-    `cluster-generate/<pool>` deployment), each score chunk to `score_pool`. Logs and staged
-    scores go through shared storage; only this process opens the warehouse.
+    `cluster-generate/<pool>` deployment), each score chunk to `score_pool`. Logs, manifests,
+    chunks and staged scores go through a bucket (or a shared directory); only this process
+    opens the warehouse.
 
     Attributes:
-        staging_dir: a directory every CPU worker and this host see (relative: to the config):
-            chunk inputs and staged score files go there.
+        staging_dir: where generate manifests, chunk inputs and staged score files pass between
+            this host and the workers: a bucket prefix (`s3://bucket/prefix`, nothing shared
+            but the bucket) or a directory every worker and this host see (relative: to the
+            config).
         score_pool: the work pool that runs score chunks.
         chunk_size: samples per score flow run (each run costs seconds of dispatch overhead,
             so chunks should take much longer than that to grade).
@@ -268,12 +272,17 @@ class ClusterConfig(_Strict):
         stage_timeout_s: give up waiting for a stage after this long.
     """
 
-    staging_dir: Path = Path("staging")
+    staging_dir: Path | str = Path("staging")
     score_pool: str = "cpu"
     chunk_size: Annotated[int, Field(ge=1, le=1_000_000)] = 2000
     chunk_retries: Annotated[int, Field(ge=0, le=20)] = 2
     grading_workers: Annotated[int, Field(ge=1)] | None = None
     stage_timeout_s: Annotated[float, Field(gt=0)] = 24 * 3600.0
+
+    @field_validator("staging_dir", mode="before")
+    @classmethod
+    def _staging(cls, v: Any) -> Any:
+        return _path_or_url(v)
 
 
 class IngestConfig(_Strict):
@@ -308,15 +317,32 @@ class WorkspacesConfig(_Strict):
 
     Attributes:
         capture: archive each sample's sandbox workspace when its generation ends.
-        store: the workspace store's directory (relative paths: to the config file; default:
-            `workspaces` in the log dir).
+        store: the workspace store: a directory (relative paths: to the config file) or a
+            bucket prefix (`s3://bucket/prefix`); default: `workspaces` in the log dir.
         max_mb: cap on one workspace archive, in MiB of uncompressed tar; a bigger workspace
             is a failed capture (its sandbox scorers leave the sample unscored).
     """
 
     capture: bool = True
-    store: Path | None = None
+    store: Path | str | None = None
     max_mb: Annotated[int, Field(ge=1, le=1024)] = 64
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store(cls, v: Any) -> Any:
+        return _path_or_url(v)
+
+
+def _path_or_url(v: Any) -> Any:
+    """A location key's value: an object-store URL stays text (pathlib would make
+    `s3://b/x` the local folder `s3:/b/x`), anything else is a path; another scheme is
+    refused by name."""
+    if isinstance(v, str) and "://" in v:
+        try:
+            return require_supported(v, "the URL") if is_url(v) else Path(v[len("file://") :])
+        except UnsupportedLocation as exc:
+            raise ValueError(str(exc)) from None
+    return Path(v) if isinstance(v, str) else v
 
 
 class SweepConfig(_Strict):
@@ -600,7 +626,10 @@ def load_config(path: Path | str) -> SweepConfig:
     return parse_config(raw, source=path)
 
 
-def _resolve(p: Path, base: Path) -> Path:
+def _resolve(p: Any, base: Path) -> Any:
+    """A path relative to the config's directory made absolute; a URL as it is."""
+    if isinstance(p, str) and is_url(p):
+        return p  # a bucket prefix: nothing to resolve
     return p if p.is_absolute() else (base / p).resolve()
 
 

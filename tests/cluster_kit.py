@@ -75,7 +75,9 @@ def write_slow_verifier(directory: Path, name: str, delay_s: float) -> Path:
 class Worker:
     """A `prefect worker start` subprocess in its own process group (killed as a whole)."""
 
-    def __init__(self, pool: str, env: dict[str, str], log: Path, name: str) -> None:
+    def __init__(
+        self, pool: str, env: dict[str, str], log: Path, name: str, cwd: Path | None = None
+    ) -> None:
         from flows.cluster.setup import worker_command
 
         self.pool = pool
@@ -84,6 +86,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 worker_command(pool, name=name),
                 env=env,
+                cwd=cwd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

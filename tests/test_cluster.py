@@ -302,3 +302,103 @@ def test_a_gpu_host_without_the_models_key_fails_its_stage_and_says_which_host_l
     assert "generate on gpu: 0/1 done" in text and "FAILED" in text
     assert "CKPT_API_KEY" in text and host in text
     assert result.exit_code != EXIT_OK
+
+
+def _bucket_keys(s3, bucket: str) -> list[str]:
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_hosts_share_only_the_prefect_server_and_a_bucket(cluster, s3_env, tmp_path):
+    """log_dir, workspace store and staging all in one bucket; the GPU and the CPU worker each
+    in a working directory of its own (their own Prefect homes too), with the installed
+    gradebook and the bucket's endpoint and keys in their environment, nothing else shared."""
+    import json
+
+    from flows.cluster.setup import setup_cluster, worker_env
+
+    bucket = s3_env.new_bucket()
+    root = f"s3://{bucket}/sweep"
+    gpu_pool, cpu_pool = f"gpu-s3-{uuid.uuid4().hex[:6]}", f"cpu-s3-{uuid.uuid4().hex[:6]}"
+    setup_cluster(generate_pools=[gpu_pool], score_pools=[cpu_pool])
+    hosts = {pool: tmp_path / f"{pool}-host" for pool in (gpu_pool, cpu_pool)}
+    workers = []
+    try:
+        for pool, home in hosts.items():
+            home.mkdir()
+            env = {
+                **os.environ,  # the session's AWS_* (s3_env): the bucket's endpoint and keys
+                **worker_env(os.environ["PREFECT_API_URL"]),
+                "PYTHONPATH": os.pathsep.join(
+                    [str(TESTS), str(cluster["root"] / "mods"), os.environ.get("PYTHONPATH", "")]
+                ),
+                "PREFECT_HOME": str(home / "prefect"),
+                "TMPDIR": str(home),
+            }
+            workers.append(
+                cluster_kit.Worker(pool, env, home / "worker.log", f"{pool}-w", cwd=home)
+            )
+        dispatcher = tmp_path / "dispatcher"
+        dispatcher.mkdir()
+        cfg = _config(dispatcher, cluster["verifier"], "cluster-s3", chunk_size=6)
+        raw = cfg.model_dump(mode="json")
+        raw["log_dir"] = f"{root}/logs"
+        raw["workspaces"] = {"store": f"{root}/workspaces"}
+        raw["cluster"] |= {"staging_dir": f"{root}/staging", "score_pool": cpu_pool}
+        raw["models"][0]["work_pool"] = gpu_pool
+        raw["tasks"].append(
+            {
+                "task": f"{TESTS / 'workspace_kit.py'}@notes_local",
+                "args": {"n": 2},
+                "verifiers": [cluster["verifier"]],
+            }
+        )
+        raw["gates"] = {"min_accuracy": None, "max_regression": None}
+        cfg = parse_config(raw, source=dispatcher / "sweep.toml")
+        result = sweep_flow(cfg, progress=False)
+    finally:
+        for w in workers:
+            w.stop()
+
+    report = result.dispatch
+    assert [r.state for r in report.runs] == ["COMPLETED"] * 4, [
+        (r.label, r.state, r.message) for r in report.runs
+    ]  # one generate run; arith's 12 samples in 2 chunks, notes' 2 in 1
+    runs = _flow_runs([i for r in report.runs for i in r.flow_run_ids])
+    assert {fr.work_pool_name for fr, _ in runs.values()} == {gpu_pool, cpu_pool}
+    # principle 8 and the AWS chain: a worker is handed URLs, never the warehouse, a key or
+    # the endpoint
+    sent = json.dumps([fr.parameters for fr, _ in runs.values()])
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        assert s3_env.env()[var] not in sent, var
+    assert ".duckdb" not in sent and f"{root}/staging/chunks/" in sent
+
+    n, distinct, samples = _score_counts(cfg)
+    assert (n, distinct, samples) == (14, 14, 14)
+    assert report.missing_scores == 0
+    by_task = {r.task: r for r in result.rows}
+    assert (by_task["arith"].scored, by_task["arith"].accuracy) == (12, pytest.approx(8 / 12))
+    assert by_task["notes_local"].scored == 2
+
+    keys = _bucket_keys(s3_env, bucket)
+    assert len([k for k in keys if k.startswith("sweep/logs/") and k.endswith(".eval")]) == 2
+    objects = [k for k in keys if k.startswith("sweep/workspaces/sha256/")]
+    assert objects and all(k.endswith(".tar.zst") for k in objects)
+    assert not [k for k in keys if k.startswith("sweep/staging/chunks/")]  # done: removed
+    staged = [k for k in keys if k.startswith("sweep/staging/scores/")]
+    assert len(staged) == 3 and all(k.startswith("sweep/staging/scores/loaded/") for k in staged)
+    with Warehouse(cfg.warehouse).read() as con:
+        boxes = con.execute("SELECT status, store, digest FROM workspaces").fetchall()
+    assert len(boxes) == 2 and {b[:2] for b in boxes} == {("captured", f"{root}/workspaces")}
+    assert {f"sweep/workspaces/sha256/{d[:2]}/{d}.tar.zst" for *_, d in boxes} <= set(objects)
+
+    # nothing went through a path: no log, chunk, score file or manifest in any host's directory
+    handed = {".eval", ".parquet", ".zst"}
+    for home in [*hosts.values(), dispatcher]:
+        assert not [p for p in home.rglob("*") if p.suffix in handed], home
+    assert not (dispatcher / "staging").exists() and not (dispatcher / "logs").exists()
+    for w in workers:
+        text = w.log.read_text(errors="replace")
+        assert s3_env.env()["AWS_SECRET_ACCESS_KEY"] not in text
+    assert cluster_kit.log_errors(*(w.log for w in workers)) == []

@@ -32,7 +32,7 @@ import anyio
 
 from workspaces.archive import DEFAULT_MAX_BYTES, ArchiveError, Canonical, canonical, check_roots
 from workspaces.record import NOT_CAPTURED, STORE_KEY, SandboxRecord, WorkspaceRecord
-from workspaces.store import WorkspaceStore
+from workspaces.store import BucketStore, WorkspaceStore, open_store
 
 __all__ = ["CaptureSettings", "capture_sample", "with_capture"]
 
@@ -45,7 +45,7 @@ class CaptureSettings:
     """Where and how much a sweep captures.
 
     Attributes:
-        store: the workspace store's directory.
+        store: the workspace store: a directory, or a bucket prefix (`s3://bucket/prefix`).
         max_bytes: cap on one archive (uncompressed); a bigger workspace is a failed capture.
         paths: the workspace paths (absolute, in the sandbox) for every sandbox of the task;
             empty: the task's `metadata["workspace_paths"]`, else each sandbox's working
@@ -53,7 +53,7 @@ class CaptureSettings:
         timeout_s: how long one sandbox's capture may take.
     """
 
-    store: Path
+    store: Path | str
     max_bytes: int = DEFAULT_MAX_BYTES
     paths: tuple[str, ...] = ()
     timeout_s: float = 120.0
@@ -147,11 +147,11 @@ async def capture_sample(
     environments = _environments()
     if not environments:
         return None
-    store = WorkspaceStore(settings.store)
+    store = open_store(settings.store)
     records = []
     for name, env in environments.items():
         records.append(await _capture_one(name, _inner(env), store, settings, paths, spec))
-    record = WorkspaceRecord(store=str(Path(settings.store).resolve()), sandboxes=records)
+    record = WorkspaceRecord(store=store.location, sandboxes=records)
     state.store.set(STORE_KEY, record.model_dump(mode="json"))
     return record
 
@@ -159,7 +159,7 @@ async def capture_sample(
 async def _capture_one(
     name: str,
     env: Any,
-    store: WorkspaceStore,
+    store: WorkspaceStore | BucketStore,
     settings: CaptureSettings,
     paths: Sequence[str],
     spec: Any,

@@ -61,7 +61,7 @@ from scorers.sandbox.provider import GradebookSandboxEnvironment
 from workspaces.archive import DEFAULT_MAX_BYTES, EXTRACT, ArchiveError, canonical, check_roots
 from workspaces.evidence import Evidence, RecordingSandbox, sha256_of
 from workspaces.record import STORE_KEY, SandboxRecord, WorkspaceRecord
-from workspaces.store import ObjectMissing, ObjectUnusable, WorkspaceStore
+from workspaces.store import ObjectMissing, ObjectUnusable, open_store, split_stores
 
 __all__ = [
     "RESTORE_LABEL",
@@ -76,7 +76,9 @@ __all__ = [
     "container_slots",
 ]
 
-STORES_ENV = "GRADEBOOK_WORKSPACE_STORES"  # more store directories to look in (os.pathsep)
+STORES_ENV = (
+    "GRADEBOOK_WORKSPACE_STORES"  # more stores to look in: directories or URLs (os.pathsep)
+)
 RESTORE_LABEL = "gradebook.workspace"  # on every restore container: "restore"
 _EXTRACT_TIMEOUT_S = 120
 _MIB = 1024 * 1024
@@ -109,7 +111,7 @@ class RestoreSettings:
         image: the image (gradebook's sandbox image unless GRADEBOOK_SANDBOX_IMAGE says).
         limits: the container caps (the sandbox pool's).
         max_bytes: cap on an archive read back from the store.
-        stores: more store directories, tried after the one a record names.
+        stores: more stores (directories or `s3://` URLs), tried after the one a record names.
     """
 
     image: str
@@ -119,7 +121,7 @@ class RestoreSettings:
 
     @classmethod
     def here(cls) -> RestoreSettings:
-        stores = tuple(p for p in os.environ.get(STORES_ENV, "").split(os.pathsep) if p)
+        stores = tuple(split_stores(os.environ.get(STORES_ENV, "")))
         return cls(image=image_tag(), stores=stores)
 
 
@@ -292,23 +294,25 @@ class Sandboxes:
             raise ScoringFailure("workspace_unusable", f"workspace record: {exc}") from None
         stores = [self.record.store, *self.settings.stores]
         data = None
+        unreachable: list[str] = []
         for root in stores:
             try:
-                data = WorkspaceStore(root).get(record.digest, self.settings.max_bytes)
+                data = open_store(root).get(record.digest, self.settings.max_bytes)
                 break
             except ObjectMissing:
                 continue
             except ObjectUnusable as exc:
                 raise ScoringFailure("workspace_unusable", str(exc)) from None
-            except OSError as exc:  # an unreadable store: as if it were not there
-                _ = exc
+            except (OSError, ValueError) as exc:  # an unreadable store: as if it were not there
+                unreachable.append(" ".join(str(exc).split())[:200])
                 continue
         if data is None:
+            why = f" ({'; '.join(unreachable)})" if unreachable else ""
             raise ScoringFailure(
                 "workspace_missing",
                 f"workspace {record.digest[:12]} of sandbox {record.name!r} is in none of the "
-                f"stores {', '.join(stores)}: mount the store there, or name its directory in "
-                f"{STORES_ENV}, then grade again with --retry-unscored",
+                f"stores {', '.join(stores)}{why}: mount the store there, or name its directory "
+                f"or URL in {STORES_ENV}, then grade again with --retry-unscored",
             )
         try:
             clean = canonical(data, roots, max_bytes=self.settings.max_bytes)

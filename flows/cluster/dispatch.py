@@ -3,10 +3,13 @@
 The sweep's own process (next to the DuckDB file) is the dispatcher and the only warehouse
 writer (principle 8). It starts one `cluster-generate/<pool>` flow run per model and one
 `cluster-score/<pool>` flow run per chunk of samples with Prefect's `run_deployment`, waits for
-them by polling the Prefect API, and reports per-stage status. Hand-over is by files on shared
-storage: generation writes .eval logs and a manifest into the log dir; the dispatcher ingests the
-logs, writes each chunk's samples as Parquet into the staging dir, and loads the score files the
-CPU workers stage there with `Warehouse.load_staged` (idempotent).
+them by polling the Prefect API, and reports per-stage status. Hand-over is by files or objects
+(flows.cluster.staging), in a bucket (`s3://...`: the hosts share no path) or on shared storage:
+generation writes .eval logs into the log dir and a manifest into the staging location; the
+dispatcher ingests the logs, writes each chunk's samples as Parquet into the staging location,
+and loads the score files the CPU workers stage there with `Warehouse.load_staged`
+(idempotent). Every location a sweep names in a bucket is checked from this host before anything
+is dispatched: a missing credential or endpoint is one line, not a stage of failed runs.
 
 Every dispatch carries an idempotency key derived from the sweep's flow run and the work itself,
 so a dispatcher that is retried by Prefect gets the same flow runs back instead of new ones. A
@@ -18,16 +21,15 @@ run that ends Crashed (its worker host died: Prefect's heartbeat automation says
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from flows.cluster import staging
 from flows.cluster.setup import CLUSTER_TAG, GENERATE_FLOW, SCORE_FLOW, deployment_name
 from flows.cluster.work import WORK_FAILED, read_manifest
 from flows.generate import GenerationResult
@@ -42,6 +44,7 @@ __all__ = [
     "DispatchReport",
     "dispatch_generation",
     "dispatch_scoring",
+    "check_locations",
     "run_cluster_stages",
     "sweep_key",
 ]
@@ -263,11 +266,12 @@ def dispatch_generation(
 ) -> list[GenerationResult]:
     """One `cluster-generate` flow run per model on its `work_pool`; wait; read the manifests."""
     cluster = _cluster(cfg)
-    manifests = cluster.staging_dir / "manifests"
     tasks = [t.model_dump(mode="json") for t in cfg.tasks]
     runs = []
     for i, model in enumerate(cfg.models):
-        manifest = manifests / f"{_slug(key)}-{i}-{_slug(model.label)}.json"
+        manifest = staging.join(
+            cluster.staging_dir, "manifests", f"{_slug(key)}-{i}-{_slug(model.label)}.json"
+        )
         runs.append(
             ClusterRun(
                 stage="generate",
@@ -278,7 +282,7 @@ def dispatch_generation(
                     "model": _jsonable_model(model, i),
                     "tasks": tasks,
                     "log_dir": str(cfg.log_dir),
-                    "manifest": str(manifest),
+                    "manifest": manifest,
                     "sweep": cfg.name,
                     "workspaces": cfg.workspaces.model_dump(mode="json"),
                 },
@@ -304,8 +308,9 @@ def dispatch_generation(
                 # the others have none
                 results += read_manifest(run.parameters["manifest"])
                 continue
-            except (OSError, ValueError) as exc:
-                run.message = f"manifest unreadable: {exc}"
+            except (OSError, ValueError) as exc:  # ObjectStoreError too: one line
+                if not _work_failed(run):  # else its message says why already
+                    run.message = f"manifest unreadable: {exc}"
         why = f"generation flow run ended {run.state}: {run.message or 'no message'}"
         results += [
             GenerationResult(run.label, t.label, None, None, "error", 0, 0, why) for t in cfg.tasks
@@ -320,15 +325,6 @@ def _chunk_key(scorer: str, digest: str, table: Any) -> str:
     ):
         h.update(f"\0{run_id}\0{sample_id}\0{epoch}".encode())
     return h.hexdigest()[:20]
-
-
-def _write_chunk(table: Any, path: Path) -> None:
-    import pyarrow.parquet as pq
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
 
 
 def dispatch_scoring(
@@ -347,8 +343,7 @@ def dispatch_scoring(
 
     cluster = _cluster(cfg)
     wh = Warehouse(cfg.warehouse)
-    staged = cluster.staging_dir / "scores"
-    chunk_dir = cluster.staging_dir / "chunks"
+    staged = staging.join(cluster.staging_dir, staging.SCORES)
     by_scorer: dict[str, list[str]] = {}
     for run_id, names in plan.items():
         for name in names:
@@ -364,8 +359,8 @@ def dispatch_scoring(
         for c in range(n_chunks):
             part = todo.slice(c * cluster.chunk_size, cluster.chunk_size)
             ck = _chunk_key(name, fp.digest, part)
-            path = chunk_dir / f"{_slug(name)}-{ck}.parquet"
-            _write_chunk(part, path)
+            path = staging.join(cluster.staging_dir, "chunks", f"{_slug(name)}-{ck}.parquet")
+            staging.write_parquet(part, path)  # whole or not at all
             runs.append(
                 ClusterRun(
                     stage="score",
@@ -373,10 +368,10 @@ def dispatch_scoring(
                     deployment=deployment_name(SCORE_FLOW, cluster.score_pool),
                     key=f"gradebook/{key}/score/{ck}",
                     parameters={
-                        "chunk": str(path),
+                        "chunk": path,
                         "scorer": name,
                         "digest": fp.digest,
-                        "staging_dir": str(staged),
+                        "staging_dir": staged,
                         "verifier_modules": list(cfg.verifier_modules),
                         "workers": cluster.grading_workers,
                     },
@@ -394,12 +389,13 @@ def dispatch_scoring(
     def load(run: ClusterRun) -> None:
         # the single writer loads each chunk's scores as soon as it is done
         if run.ok:
-            report.loaded_rows += wh.load_staged(staged)
+            report.loaded_rows += staging.load_staged(wh, staged)
 
     _await_runs(
         runs, retries=cluster.chunk_retries, timeout_s=cluster.stage_timeout_s, on_done=load
     )
-    report.loaded_rows += wh.load_staged(staged)  # files staged by an attempt reported failed
+    # files staged by an attempt reported failed
+    report.loaded_rows += staging.load_staged(wh, staged)
     summaries: list[RunScore] = []
     for (name, digest), tables in planned.items():
         keys = pa.concat_tables(tables)
@@ -409,7 +405,7 @@ def dispatch_scoring(
             summaries.append(found.get(run_id) or RunScore(run_id, name, digest))
     for run in runs:
         if run.ok:
-            Path(run.parameters["chunk"]).unlink(missing_ok=True)
+            staging.remove(run.parameters["chunk"])
     return summaries
 
 
@@ -439,6 +435,28 @@ def _scores_of(wh: Any, scorer: str, digest: str, keys: Any) -> tuple[dict[str, 
             {"status": status, "value": value, "reason": reason}
         )
     return out, missing
+
+
+def check_locations(cfg: SweepConfig) -> None:
+    """Every bucket location of the sweep (log dir, workspace store, staging) usable from here.
+
+    Raises:
+        DispatchError: one line naming the key, the location and what to set.
+    """
+    from warehouse.object_store import ObjectStoreError
+
+    cluster = _cluster(cfg)
+    for what, location in (
+        ("log_dir", cfg.log_dir),
+        ("[workspaces] store", cfg.workspaces.store if cfg.workspaces.capture else None),
+        ("[cluster] staging_dir", cluster.staging_dir),
+    ):
+        if location is None:
+            continue
+        try:
+            staging.check_reachable(location, what)
+        except ObjectStoreError as exc:
+            raise DispatchError(str(exc)) from None
 
 
 def _cluster(cfg: SweepConfig) -> ClusterConfig:
@@ -486,11 +504,13 @@ def run_cluster_stages(
         (generation results, ingest plan run_id -> verifiers, score summaries, dispatch report)
 
     Raises:
-        DispatchError: a deployment is missing or a stage timed out.
+        DispatchError: a deployment is missing, a stage timed out, or a bucket the sweep
+            names cannot be used from this host.
         ConfigError: a model arg cannot be sent to a worker.
     """
     from flows.score import ingest_task
 
+    check_locations(cfg)
     key = sweep_key()
     report = DispatchReport()
     generations = dispatch_generation(cfg, key, report)

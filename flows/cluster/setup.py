@@ -3,8 +3,12 @@
 `setup_cluster` (what `gradebook cluster setup` runs, against PREFECT_API_URL) is idempotent:
 
 - two process work pools, `gpu` (generation) and `cpu` (scoring);
-- the deployments `cluster-generate/<pool>` and `cluster-score/<pool>`, deployed from this source
-  tree (no image registry: every host runs the same checkout, or the same installed package);
+- the deployments `cluster-generate/<pool>` and `cluster-score/<pool>`. By default they name
+  the flows by module (`flows.cluster.work.cluster_generate`) with no pull step: a worker runs
+  them from the gradebook installed in its own environment, wherever that is, so hosts share no
+  path (Prefect's first way to give a deployment its code: in the runtime). Given a `source`
+  (a directory every host has at the same path, or a git URL), they are deployed from it
+  instead (Prefect's pull steps: the worker fetches the code before each run);
 - an automation that marks a cluster flow run Crashed when its heartbeats stop. A worker host
   that dies takes its flow runs with it and nobody reports their end; this is Prefect's documented
   remedy, and the dispatcher retries a Crashed chunk.
@@ -35,7 +39,6 @@ __all__ = [
     "worker_env",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 GENERATE_FLOW, SCORE_FLOW = "cluster-generate", "cluster-score"
 DEFAULT_POOLS = {"gpu": GENERATE_FLOW, "cpu": SCORE_FLOW}
 CLUSTER_TAG = "gradebook-cluster"
@@ -50,6 +53,7 @@ _ENTRYPOINTS = {
     GENERATE_FLOW: "flows/cluster/work.py:cluster_generate",
     SCORE_FLOW: "flows/cluster/work.py:cluster_score",
 }
+_FLOW_OBJECTS = {GENERATE_FLOW: "cluster_generate", SCORE_FLOW: "cluster_score"}
 
 
 def deployment_name(flow_name: str, pool: str) -> str:
@@ -148,12 +152,22 @@ def _ensure_crash_automation(client: Any) -> str:
     return str(automation.create().id)
 
 
-def _deploy(flow_name: str, pool: str, source: Path) -> str:
+def _deploy(flow_name: str, pool: str, source: Path | str | None) -> str:
     from prefect import Flow
+    from prefect.deployments.runner import EntrypointType
 
-    flow = Flow.from_source(source=str(source), entrypoint=_ENTRYPOINTS[flow_name])
+    if source is None:
+        # the installed package: the worker imports `flows.cluster.work`; no path, no pull step
+        from flows.cluster import work
+
+        flow = getattr(work, _FLOW_OBJECTS[flow_name])
+        how: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH}
+    else:
+        flow = Flow.from_source(source=str(source), entrypoint=_ENTRYPOINTS[flow_name])
+        how = {}
     deployment = flow.to_deployment(
         name=pool,
+        **how,
         work_pool_name=pool,
         tags=[CLUSTER_TAG, "gradebook"],
         # every cluster run heartbeats at Prefect's fastest rate, which the crash automation needs
@@ -168,7 +182,7 @@ def setup_cluster(
     *,
     generate_pools: list[str] | None = None,
     score_pools: list[str] | None = None,
-    source: Path | None = None,
+    source: Path | str | None = None,
 ) -> ClusterSetup:
     """Create the work pools, deployments and crash automation on the Prefect server (idempotent).
 
@@ -176,8 +190,9 @@ def setup_cluster(
         generate_pools: pools that run generation (default ["gpu"]); a model's `work_pool`
             in the sweep config picks one.
         score_pools: pools that run score chunks (default ["cpu"]).
-        source: the source tree workers run (default: this checkout); it must exist at the same
-            path on every worker host.
+        source: where workers fetch the flows' code before each run: a directory at the same
+            path on every worker host, or a git URL (Prefect's `from_source`). Default: none,
+            the gradebook installed in each worker's environment.
 
     Raises:
         RuntimeError: PREFECT_API_URL is not set.
@@ -193,7 +208,8 @@ def setup_cluster(
         )
     gen = generate_pools or ["gpu"]
     score = score_pools or ["cpu"]
-    source = (source or REPO_ROOT).resolve()
+    if isinstance(source, Path):
+        source = source.resolve()
     with get_client(sync_client=True) as client:
         for pool in dict.fromkeys(gen + score):
             _ensure_pool(client, pool)
