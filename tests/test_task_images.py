@@ -252,3 +252,31 @@ def test_the_image_cache_keeps_its_cap_removing_only_its_own_least_recently_used
         assert set(marks) & set(client.api.images(quiet=True)) == {old, new, other}
     finally:
         client.api.remove_container(holder, force=True)
+
+
+def test_the_agentic_demo_runs_and_rescores_in_its_own_image(
+    client, prefect_api, tmp_path, monkeypatch
+):
+    """`gradebook demo --agentic --own-image`: the scorer calls `repo-check`, a tool only the
+    task's image has; generated, captured and re-scored in that image, with the same verdicts
+    and flips as the demo in gradebook's image."""
+    from flows.cli.demo_agentic import IMAGE_SCORER, run_agentic_demo
+    from flows.runtime.console import console
+
+    monkeypatch.setattr(console, "width", 160)
+    with console.capture() as captured:
+        code = run_agentic_demo(tmp_path, tickets=6, own_image=True)
+    out = captured.get()
+    assert code == 0, out
+    db = tmp_path / "demo.duckdb"
+    (recipe,) = {r for (r,) in q(db, "SELECT DISTINCT recipe FROM workspaces")}
+    client.test_recipes.append(recipe)
+    assert q(db, "SELECT DISTINCT image LIKE 'gradebook-task:%' FROM workspaces") == [(True,)]
+    assert q(db, "SELECT sample_id::INTEGER, old_value, new_value FROM grade_flips "
+                 "ORDER BY 1") == [(3, 1.0, 0.0), (6, 1.0, 0.0)]  # fmt: skip
+    latest = q(db, f"SELECT sample_id::INTEGER, value, answer FROM latest_scores "
+                   f"WHERE scorer = '{IMAGE_SCORER}' ORDER BY 1")  # fmt: skip
+    assert [(n, v) for n, v, _ in latest] == [(1, 1.0), (2, 1.0), (3, 0.0), (4, 1.0), (5, 0.0),
+                                              (6, 0.0)]  # fmt: skip
+    assert all(a.startswith("repo-check: ") for _, _, a in latest), latest
+    assert "model calls: 0" in out and "ran in the task's own image gradebook-task:" in out
