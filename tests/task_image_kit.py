@@ -15,9 +15,10 @@ from pathlib import Path
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.solver import Generate, TaskState, generate, solver
-from inspect_ai.util import sandbox
+from inspect_ai.util import SandboxEnvironmentSpec, sandbox
 
 from scorers.sandbox.image import image_tag
+from scorers.sandbox.provider import GradebookSandboxConfig
 
 KIT = Path(__file__).resolve()
 WRONG = 2  # the sample whose "agent" writes a wrong answer
@@ -45,7 +46,7 @@ def recipe_dir(root: Path, *, services: str | None = None) -> Path:
     (image / "Dockerfile").write_text(
         textwrap.dedent(
             """\
-            ARG BASE
+            ARG BASE=BASE_TAG
             FROM ${BASE}
             USER root
             COPY checker /usr/local/bin/checker
@@ -54,7 +55,9 @@ def recipe_dir(root: Path, *, services: str | None = None) -> Path:
             USER 10002:10002
             LABEL test.nonce=NONCE
             """
-        ).replace("NONCE", uuid.uuid4().hex)
+        )
+        .replace("NONCE", uuid.uuid4().hex)
+        .replace("BASE_TAG", image_tag())
     )
     (root / "compose.yaml").write_text(
         services
@@ -120,6 +123,26 @@ def squares(recipe: str, n: int = 3, provider: str = "gradebook") -> Task:
         dataset=_samples(n),
         solver=[square_it(), generate()],
         sandbox=(provider, str(Path(recipe) / "compose.yaml")),
+    )
+
+
+@task
+def squares_dockerfile(recipe: str, n: int = 3) -> Task:
+    """Runs in the image its Dockerfile alone builds (no compose file: no variables)."""
+    return Task(
+        dataset=_samples(n),
+        solver=[square_it(), generate()],
+        sandbox=("gradebook", str(Path(recipe) / "image" / "Dockerfile")),
+    )
+
+
+@task
+def squares_named(image: str, n: int = 3) -> Task:
+    """Runs in an image the Engine holds, named by gradebook's sandbox config."""
+    return Task(
+        dataset=_samples(n),
+        solver=[square_it(), generate()],
+        sandbox=SandboxEnvironmentSpec("gradebook", GradebookSandboxConfig(image=image)),
     )
 
 

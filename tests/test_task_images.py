@@ -175,6 +175,45 @@ def test_with_neither_its_image_nor_its_recipe_it_is_unscored_never_wrong(
     assert f"recipe {recipe[:12]} is in none of the stores" in why, why
 
 
+def test_a_dockerfile_alone_and_an_image_named_in_the_config_are_run_and_rescored_in(
+    client, prefect_api, tmp_path
+):
+    from scorers.sandbox.task_image import TASK_IMAGE_REPOSITORY
+
+    recipe = kit.recipe_dir(tmp_path / "task")
+    log = generate(tmp_path / "dockerfile", "squares_dockerfile", {"recipe": str(recipe)})
+    (box,) = {(b["recipe_config"], b["image_id"], b["recipe"]) for b in records(log)}
+    client.test_recipes.append(box[2])
+    assert box[0] == "Dockerfile"
+    scorers = kit.scorer_file(tmp_path)
+    score(log, tmp_path / "a.duckdb", f"{scorers}@tool_check")
+    # no compose file: no service variables, the rest as with one
+    assert q(tmp_path / "a.duckdb", VERDICTS) == [
+        (n, s, v, "from the image|", e) for n, s, v, _, e in RIGHT_VERDICTS
+    ]
+
+    # the same image under a name of the user's only (its gradebook tag removed): a config
+    # naming an image records its ID and no recipe
+    named = f"gradebook-test-named:{box[2][:12]}"
+    client.images.get(box[1]).tag(named)
+    for tag in client.images.get(box[1]).tags:
+        if tag.startswith(TASK_IMAGE_REPOSITORY + ":"):
+            client.images.remove(tag)
+    log = generate(tmp_path / "named", "squares_named", {"image": named})
+    assert {(b["image"], b["image_id"], b["recipe"]) for b in records(log)} == {
+        (named, box[1], None)
+    }
+    score(log, tmp_path / "b.duckdb", f"{scorers}@tool_check")
+    assert [r[:3] for r in q(tmp_path / "b.duckdb", VERDICTS)] == [r[:3] for r in RIGHT_VERDICTS]
+    remove_image(client, named)  # gone, and nothing to rebuild it from: unscored, never wrong
+    score(log, tmp_path / "c.duckdb", f"{scorers}@tool_check")
+    rows = q(
+        tmp_path / "c.duckdb", "SELECT DISTINCT status, reason, explanation FROM latest_scores"
+    )
+    assert [(s, r) for s, r, _ in rows] == [("unscored", "sandbox_unavailable")]
+    assert "no recipe was recorded to rebuild it" in rows[0][2], rows
+
+
 def test_a_two_service_compose_task_gets_each_service_as_a_named_sandbox(
     client, prefect_api, tmp_path
 ):

@@ -129,7 +129,8 @@ def _rebuild(client: Any, record: SandboxRecord, stores: list[str], short: str) 
             f"image {service.image} ({short}) of sandbox {record.name!r} is not on this Docker "
             "Engine and its recipe names it without a build: load it, then grade again"
         )
-    tag, built = build_service(client, recipe, service)
+    # the recipe came with a log (hostile input): its build steps get no network
+    tag, built = build_service(client, recipe, service, network=False)
     image = local_image(client, tag, why=f"rebuilt from recipe {recipe.digest[:12]}")
     if built:
         prune(client, cap_bytes(), keep=frozenset({image.id}))

@@ -119,8 +119,17 @@ def local_image(client: Any, ref: str, *, why: str) -> Any:
     return found
 
 
-def build_service(client: Any, recipe: Recipe, service: Service) -> tuple[str, bool]:
+def build_service(
+    client: Any, recipe: Recipe, service: Service, *, network: bool = True
+) -> tuple[str, bool]:
     """The image of a recipe's service with a `build`, built unless its tag is on the Engine.
+
+    Args:
+        client: a `docker.DockerClient`.
+        recipe: the recipe.
+        service: one of its services with a `build`.
+        network: whether the build's RUN steps may reach the network (False for a rebuild
+            from a stored recipe, which came with a log: its steps get none).
 
     Returns:
         (the tag, whether this call built it).
@@ -137,11 +146,13 @@ def build_service(client: Any, recipe: Recipe, service: Service) -> tuple[str, b
         with tempfile.TemporaryDirectory(prefix="gradebook-recipe-") as tmp:
             unpack_recipe(recipe.archive, Path(tmp))
             context = Path(tmp) / service.context
-            _build(client, context, service, tag, recipe.digest)
+            _build(client, context, service, tag, recipe.digest, network)
     return tag, True
 
 
-def _build(client: Any, context: Path, service: Service, tag: str, digest: str) -> None:
+def _build(
+    client: Any, context: Path, service: Service, tag: str, digest: str, network: bool
+) -> None:
     import docker.errors
 
     log = io.StringIO()
@@ -157,6 +168,7 @@ def _build(client: Any, context: Path, service: Service, tag: str, digest: str) 
             rm=True,
             forcerm=True,
             pull=False,
+            network_mode=None if network else "none",
             decode=True,
         ):
             log.write(str(chunk.get("stream", "")))
