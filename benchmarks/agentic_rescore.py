@@ -41,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,9 @@ def own_image_log(n: int, agent: Any, tmp: Path) -> Any:
     from workspaces.capture import CaptureSettings, with_capture
 
     compose = image_compose(tmp / "task-image", image_tag())
+    # this run's own recipe (so its own tag): the rebuild row removes the image, which must
+    # not be one a demo or a test elsewhere on the Engine is using
+    compose.write_text(compose.read_text() + f"x-benchmark-run: {uuid.uuid4().hex}\n")
     task = with_capture(fix_the_bug(n, str(compose)), CaptureSettings(store=tmp / "own-store"))
     return _eval(task, agent, tmp / "own", score=False)
 
