@@ -109,7 +109,7 @@ def square_it():
 def _samples(n: int, sandboxes: str = "default") -> MemoryDataset:
     return MemoryDataset(
         [
-            Sample(id=i, input=f"square {i}", metadata={"sandboxes": sandboxes})
+            Sample(id=i, input=f"square {i}", target=str(i * i), metadata={"sandboxes": sandboxes})
             for i in range(1, n + 1)
         ],  # fmt: skip
         name="squares",
@@ -146,6 +146,25 @@ def squares_named(image: str, n: int = 3) -> Task:
     )
 
 
+@solver
+def answer_only():
+    """The 'agent' of a sandbox with no image of the task's: writes its answer only."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        n = int(state.sample_id)
+        await sandbox().write_file("notes/answer.txt", f"{0 if n == WRONG else n * n}\n")
+        return await generate(state)
+
+    return solve
+
+
+@task
+def squares_local(n: int = 2) -> Task:
+    """On Inspect's own `local` provider (captured through the sandbox API, as Inspect's
+    docker sandbox is)."""
+    return Task(dataset=_samples(n), solver=[answer_only(), generate()], sandbox="local")
+
+
 @task
 def squares_two(recipe: str, n: int = 2) -> Task:
     """Two services: the default built with the tool, a helper from gradebook's image."""
@@ -173,6 +192,15 @@ SCORERS = textwrap.dedent(
             return Score(value=CORRECT if ran.success else INCORRECT,
                          answer=f"{seen}|{flavour.stdout.strip()}",
                          explanation=(ran.stdout + ran.stderr).strip()[-200:])
+
+        return score
+
+
+    @scorer(metrics=[accuracy()])
+    def answer_read():
+        async def score(state: TaskState, target: Target) -> Score:
+            answer = (await sandbox().read_file("notes/answer.txt")).strip()
+            return Score(value=CORRECT if answer == target.text else INCORRECT, answer=answer)
 
         return score
 

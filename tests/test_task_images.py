@@ -95,7 +95,14 @@ def restored(db: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def squares(client, prefect_api, tmp_path_factory):
+def tool_scorers(tmp_path_factory) -> Path:
+    """The kit's scorer file, one path for the module: a scorer name stands for one spec in a
+    process, so every test grades with the same file."""
+    return kit.scorer_file(tmp_path_factory.mktemp("scorers"))
+
+
+@pytest.fixture(scope="module")
+def squares(client, prefect_api, tmp_path_factory, tool_scorers):
     """One log of a task written for Inspect's ("docker", "compose.yaml"), generated under
     gradebook's sandbox by its config entry's `sandbox = "gradebook"`; and the scorer file."""
     tmp = tmp_path_factory.mktemp("squares")
@@ -104,7 +111,7 @@ def squares(client, prefect_api, tmp_path_factory):
                    sandbox="gradebook")  # fmt: skip
     (digest,) = {r["recipe"] for r in records(log)}
     client.test_recipes.append(digest)
-    return log, kit.scorer_file(tmp), tmp / "store"
+    return log, tool_scorers, tmp / "store"
 
 
 RIGHT_VERDICTS = [
@@ -176,7 +183,7 @@ def test_with_neither_its_image_nor_its_recipe_it_is_unscored_never_wrong(
 
 
 def test_a_dockerfile_alone_and_an_image_named_in_the_config_are_run_and_rescored_in(
-    client, prefect_api, tmp_path
+    client, prefect_api, tmp_path, tool_scorers
 ):
     from scorers.sandbox.task_image import TASK_IMAGE_REPOSITORY
 
@@ -185,7 +192,7 @@ def test_a_dockerfile_alone_and_an_image_named_in_the_config_are_run_and_rescore
     (box,) = {(b["recipe_config"], b["image_id"], b["recipe"]) for b in records(log)}
     client.test_recipes.append(box[2])
     assert box[0] == "Dockerfile"
-    scorers = kit.scorer_file(tmp_path)
+    scorers = tool_scorers
     score(log, tmp_path / "a.duckdb", f"{scorers}@tool_check")
     # no compose file: no service variables, the rest as with one
     assert q(tmp_path / "a.duckdb", VERDICTS) == [
@@ -214,8 +221,26 @@ def test_a_dockerfile_alone_and_an_image_named_in_the_config_are_run_and_rescore
     assert "no recipe was recorded to rebuild it" in rows[0][2], rows
 
 
+def test_a_workspace_captured_under_another_provider_says_it_was_restored_into_a_stand_in(
+    client, prefect_api, tmp_path, tool_scorers
+):
+    """Inspect's `local` provider here (the path Inspect's docker sandbox takes too): its
+    files come back in gradebook's image, and the evidence says so."""
+    log = generate(tmp_path, "squares_local", {})
+    db = tmp_path / "gb.duckdb"
+    score(log, db, f"{tool_scorers}@answer_read")
+    assert q(db, "SELECT sample_id, value FROM latest_scores ORDER BY 1") == [
+        ("1", 1.0),
+        ("2", 0.0),  # its agent's answer is wrong
+    ]
+    stand_in = "SELECT DISTINCT metadata->>'$.sandbox.restored.default.stand_in' FROM latest_scores"
+    assert q(db, stand_in) == [
+        ("captured under the 'local' sandbox; restored into gradebook's image",)
+    ]
+
+
 def test_a_two_service_compose_task_gets_each_service_as_a_named_sandbox(
-    client, prefect_api, tmp_path
+    client, prefect_api, tmp_path, tool_scorers
 ):
     from scorers.sandbox.image import image_tag
 
@@ -229,7 +254,7 @@ def test_a_two_service_compose_task_gets_each_service_as_a_named_sandbox(
     assert boxes["helper"]["image"] == image_tag()
     assert boxes["helper"]["image_id"] == client.images.get(image_tag()).id
     assert (boxes["helper"]["user"], boxes["default"]["user"]) == ("root", "10002:10002")
-    scorers = kit.scorer_file(tmp_path)
+    scorers = tool_scorers
     db = tmp_path / "gb.duckdb"
     score(log, db, f"{scorers}@two_services")
     assert q(db, "SELECT sample_id, value, answer FROM latest_scores ORDER BY 1") == [

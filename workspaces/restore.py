@@ -453,6 +453,13 @@ class Sandboxes:
             restored |= {"digest": record.digest, "files": int(result.stdout.strip() or 0)}
             if skipped:
                 restored["skipped"] = [f"{s.path} ({s.why})" for s in skipped]
+            if env.task_image is None and record.provider not in (None, "gradebook"):
+                # never silently another image: its files came back, its image's tools did not
+                restored["stand_in"] = (
+                    f"captured under the {record.provider!r} sandbox"
+                    + (f" ({record.image})" if record.image else "")
+                    + "; restored into gradebook's image"
+                )
         else:
             restored["fresh"] = True  # nothing was captured: the image as it is
         restored["seconds"] = round(time.perf_counter() - t0, 4)
