@@ -39,6 +39,7 @@ format: install
 # Services the tests need (Docker Engine + the sandbox image); each script says what it does.
 services: install
 	bash infra/docker/ensure_docker.sh
+	bash infra/docker/ensure_compose.sh $(VENV)
 	$(BIN)/gradebook sandbox build
 	bash infra/install_chromium.sh
 

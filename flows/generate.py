@@ -18,10 +18,12 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.runtime.console import err_console, shown, verbose
+from flows.runtime.envvars import environ_set
 from flows.runtime.interrupts import during_eval, note_stop, stop_on_signals, stop_signal
 from flows.runtime.progress import generation_progress, quiet_hook_banner
 from flows.runtime.run_names import count, label_run, parameter, tag
 from flows.runtime.run_owner import record_owner
+from scorers.sandbox.image_cache import CAP_ENV
 from sweeps.config import ModelConfig, SweepConfig, TaskConfig, WorkspacesConfig, load_config
 from sweeps.model_servers import endpoint, server_problem
 from sweeps.tasks import check_tasks, load_task
@@ -142,13 +144,17 @@ def run_generation(
                 task = _captured(
                     load_task(task_cfg.task, task_cfg.args), task_cfg, workspaces, log_dir
                 )
-                with during_eval():
+                # the cap on task images this generation may build (scorers.sandbox.image_cache)
+                cap = {CAP_ENV: str((workspaces or WorkspacesConfig()).task_images_max_gb)}
+                with during_eval(), environ_set(cap):
                     logs = inspect_eval(
                         task,
                         model=model,
                         limit=task_cfg.limit,
                         epochs=task_cfg.epochs,
                         log_dir=str(log_dir),
+                        # None: the task's own; "gradebook": its compose file, in gradebook's
+                        sandbox=task_cfg.sandbox,
                         score=False,
                         # keep going past failed samples: they are recorded as errored, not lost
                         fail_on_error=False,

@@ -217,6 +217,9 @@ class TaskConfig(_Strict):
         workspace_paths: for a task with a sandbox, the paths in it whose files are captured
             at the end of each sample (absolute); empty: the task's own
             `metadata["workspace_paths"]`, else each sandbox's working directory.
+        sandbox: the sandbox provider its samples run in instead of the task's own (Inspect's
+            `eval(sandbox=...)`); "gradebook" runs a task written for Inspect's
+            `("docker", "compose.yaml")` in gradebook's sandbox, with the same compose file.
     """
 
     task: str
@@ -225,6 +228,14 @@ class TaskConfig(_Strict):
     epochs: Annotated[int, Field(ge=1, le=1000)] = 1
     verifiers: list[str | dict[str, Any]] = Field(default_factory=list)
     workspace_paths: list[str] = Field(default_factory=list)
+    sandbox: str | None = None
+
+    @field_validator("sandbox")
+    @classmethod
+    def _sandbox(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must name a sandbox provider, e.g. 'gradebook'")
+        return v.strip() if v else None
 
     @field_validator("workspace_paths")
     @classmethod
@@ -321,11 +332,14 @@ class WorkspacesConfig(_Strict):
             bucket prefix (`s3://bucket/prefix`); default: `workspaces` in the log dir.
         max_mb: cap on one workspace archive, in MiB of uncompressed tar; a bigger workspace
             is a failed capture (its sandbox scorers leave the sample unscored).
+        task_images_max_gb: disk cap on the task images gradebook builds (tasks that bring
+            their image); past it the least recently used of this user's are removed.
     """
 
     capture: bool = True
     store: Path | str | None = None
     max_mb: Annotated[int, Field(ge=1, le=1024)] = 64
+    task_images_max_gb: Annotated[float, Field(gt=0)] = 50.0
 
     @field_validator("store", mode="before")
     @classmethod

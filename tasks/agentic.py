@@ -116,19 +116,40 @@ def tickets(n: int) -> list[Sample]:
     ]
 
 
+IMAGE_RECIPE = Path(__file__).resolve().parent / "data" / "agentic_image"
+
+
+def image_compose(directory: Path, base: str) -> Path:
+    """The own-image variant's recipe in `directory`: a compose file whose one service is
+    built from tasks/data/agentic_image/ (gradebook's sandbox image `base` plus `repo-check`)."""
+    import shutil
+
+    image = directory / "image"
+    shutil.copytree(IMAGE_RECIPE, image, dirs_exist_ok=True)
+    compose = directory / "compose.yaml"
+    compose.write_text(
+        "services:\n  default:\n"
+        f'    build: {{context: image, args: {{BASE: "{base}"}}}}\n'
+        "    working_dir: /work\n"
+    )
+    return compose
+
+
 @task
-def fix_the_bug(tickets_n: int = 6) -> Task:
+def fix_the_bug(tickets_n: int = 6, image_recipe: str | None = None) -> Task:
     """The agentic example: `tickets_n` tickets, an agent with a bash tool in a gradebook
     sandbox, scored by running the repository's tests in that sandbox.
 
     Args:
         tickets_n: how many tickets (samples).
+        image_recipe: a compose file (`image_compose`): the sandboxes run in the image it
+            builds (gradebook's plus the repository's checker) instead of gradebook's own.
     """
     return Task(
         dataset=MemoryDataset(tickets(tickets_n), name="fix_the_bug"),
         solver=[system_message(SYSTEM), use_tools([bash(timeout=60)]), generate()],
         scorer=repo_tests(),
-        sandbox="gradebook",
+        sandbox=("gradebook", image_recipe) if image_recipe else "gradebook",
         message_limit=100,
         metadata={"workspace_paths": ["/work/repo"]},
     )

@@ -174,6 +174,7 @@ async def _capture_one(
         base["config"] = None
     roots: list[str] = []
     try:
+        base |= await anyio.to_thread.run_sync(lambda: _task_image(env, store))
         async with asyncio.timeout(settings.timeout_s):
             base["workdir"] = await _workdir(env)
             roots = check_roots(list(paths) or [base["workdir"]])
@@ -204,6 +205,21 @@ async def _capture_one(
         not_captured=[*NOT_CAPTURED, *left_out],
         seconds=round(time.perf_counter() - t0, 4),
     )
+
+
+def _task_image(env: Any, store: WorkspaceStore | BucketStore) -> dict[str, Any]:
+    """What a record keeps of a task's own image (gradebook's provider): its ID, and its recipe,
+    stored in the workspace store (once per store and recipe) for a rebuild at restore."""
+    run = getattr(env, "task_image", None)
+    if run is None:
+        return {}
+    out = {"image_id": run.image_id, "service": run.service, "user": run.user,
+           "environment": dict(run.environment)}  # fmt: skip
+    if run.recipe is not None:
+        if not store.has(run.recipe.digest):
+            store.put(run.recipe.archive, run.recipe.digest)
+        out |= {"recipe": run.recipe.digest, "recipe_config": run.recipe.config}
+    return out
 
 
 def _why(exc: BaseException, settings: CaptureSettings) -> str:

@@ -36,6 +36,15 @@ class SandboxRecord(BaseModel):
             `cwd` goes; restored the same).
         provider: the sandbox provider ("gradebook", "docker", ...).
         image: the image its container ran, when the provider says.
+        image_id: the Engine's ID of that image, for a task's own image (gradebook's provider):
+            restore uses that very image when the Engine has it.
+        recipe: the sha256 of the recipe that image was built from (its compose file or
+            Dockerfile and build contexts, one archive in the workspace store beside the
+            workspace): restore rebuilds the image from it when the Engine lacks the image.
+        recipe_config: the config file's name inside the recipe ("compose.yaml", "Dockerfile").
+        service: the recipe's service this sandbox ran.
+        user: who the task image's commands ran as.
+        environment: the variables the task image's service set.
         config: the task's sandbox config (a file name and its sha256, or the config's fields).
         digest: the archive's sha256 (its address in the store).
         bytes: the archive's size, uncompressed.
@@ -56,6 +65,12 @@ class SandboxRecord(BaseModel):
     workdir: str | None = None
     provider: str | None = None
     image: str | None = None
+    image_id: str | None = None
+    recipe: str | None = None
+    recipe_config: str | None = None
+    service: str | None = None
+    user: str | None = None
+    environment: dict[str, str] = Field(default_factory=dict)
     config: Any = None
     digest: str | None = None
     bytes: int = 0

@@ -11,7 +11,10 @@ its sample's agent left, captured at generation (workspaces.capture).
    again (a stored object is hostile input: workspaces.archive),
 3. starts a locked-down container from gradebook's sandbox image, exactly as the sandbox pool's
    (no network, read-only root, capabilities dropped, non-root, memory/pids/CPU caps, a
-   lifeline that ends it with this process), with a tmpfs at each workspace path,
+   lifeline that ends it with this process), with a tmpfs at each workspace path; or, for a
+   sandbox that ran in the task's own image, from that image (the one recorded when this
+   Engine has it, else rebuilt from the recipe kept in the store: workspaces.restore_image),
+   under the same lockdown, as the user and with the variables its service had,
 4. unpacks the archive there as the sandbox uid (`archive.EXTRACT`).
 
 A sample whose log has no record (a log from elsewhere, or a task without a sandbox) gets a
@@ -53,14 +56,22 @@ from scorers.sandbox.image import ImageBuildError, image_tag, sandbox_users
 from scorers.sandbox.pool import (
     SandboxLimits,
     SandboxUnavailable,
+    TaskImageRun,
     create_container,
     engine_with_image,
     owner_label,
 )
 from scorers.sandbox.provider import GradebookSandboxEnvironment
+from scorers.sandbox.task_image import (
+    RunImage,
+    TaskImageUnavailable,
+    workdir_files,
+    workdir_owner,
+)
 from workspaces.archive import DEFAULT_MAX_BYTES, EXTRACT, ArchiveError, canonical, check_roots
 from workspaces.evidence import Evidence, RecordingSandbox, sha256_of
 from workspaces.record import STORE_KEY, SandboxRecord, WorkspaceRecord
+from workspaces.restore_image import restore_image
 from workspaces.store import ObjectMissing, ObjectUnusable, open_store, split_stores
 
 __all__ = [
@@ -321,39 +332,70 @@ class Sandboxes:
         return clean.data, roots, list(clean.skipped)
 
     def _start(
-        self, name: str, roots: list[str], size: int, workdir: str
+        self, name: str, roots: list[str], size: int, workdir: str, record: SandboxRecord | None
     ) -> GradebookSandboxEnvironment:
         """A started restore container (blocking: run in a thread)."""
-        client = _client(self.settings.image)
+        own = self._task_image(record) if record is not None else None
+        image = own.ref if own is not None else self.settings.image
+        client = _client(image)
         limits = self.settings.limits
         if size:
             # room for the restored files on top of the sandbox's own work space
             extra = math.ceil(size / _MIB) + 1
             limits = SandboxLimits(**{**asdict(limits), "work_mb": limits.work_mb + extra})
         harness = sandbox_users().harness_uid
-        writable = [r for r in roots if r != "/work" and not r.startswith("/work/")]
+        base = workdir if own is not None else "/work"
+        writable = [r for r in roots if r != base and not r.startswith(base.rstrip("/") + "/")]
         if workdir != "/" and not any(
-            workdir == r or workdir.startswith(r + "/") for r in ["/work", *roots]
+            workdir == r or workdir.startswith(r + "/") for r in [base, *roots]
         ):
             writable.append(workdir)  # the working directory, empty, as a fresh sandbox has it
+        run = None
+        if own is not None:
+            # the working directory owned as in the image (empty: the workspace goes there)
+            cap = limits.work_mb * _MIB
+            owner = workdir_owner(workdir_files(client, own.image_id, workdir, cap))
+            run = TaskImageRun(workdir, own.environment, owner)
 
         def create(client: Any) -> Any:
             return create_container(
                 client,
-                self.settings.image,
+                image,
                 limits,
                 user=f"{harness}:{harness}",
                 owner=owner_label(),
                 workdirs=writable,
                 labels={RESTORE_LABEL: "restore"},
+                task_image=run,
             )
 
         try:
             container = create(client)
         except Exception:  # noqa: BLE001 - the Engine or the image went away: say which
-            client = _client(self.settings.image, check=True)
+            client = _client(image, check=True)
             container = create(client)
-        return GradebookSandboxEnvironment(client, container, self.settings.image, workdir)
+        return GradebookSandboxEnvironment(client, container, image, workdir, task_image=own)
+
+    def _task_image(self, record: SandboxRecord) -> RunImage | None:
+        """The task's own image a record ran in (None: gradebook's), here or rebuilt."""
+        if not record.image_id:
+            return None
+        import docker
+        import docker.errors
+
+        try:
+            client = docker.from_env(timeout=600)  # a rebuild may take minutes
+            client.ping()
+        except docker.errors.DockerException as exc:
+            raise SandboxUnavailable(
+                f"Docker Engine not reachable ({exc.__class__.__name__}): start it with "
+                "`make services`"
+            ) from None
+        stores = [self.record.store if self.record else "", *self.settings.stores]
+        try:
+            return restore_image(client, record, [s for s in stores if s])
+        except TaskImageUnavailable as exc:
+            raise SandboxUnavailable(str(exc)) from None
 
     async def start(self, name: str) -> GradebookSandboxEnvironment:
         """The container of sandbox `name`, restored (the first call of a LazySandbox).
@@ -381,7 +423,7 @@ class Sandboxes:
             except ScoringFailure as exc:
                 raise self.fail(exc) from None
         await self.reserve()
-        started = loop.run_in_executor(None, self._start, name, roots, len(data), workdir)
+        started = loop.run_in_executor(None, self._start, name, roots, len(data), workdir, record)
         self._started.append(started)
         try:
             env = await asyncio.shield(started)
@@ -391,7 +433,13 @@ class Sandboxes:
             raise self.fail(
                 ScoringFailure("sandbox_unavailable", f"could not start a sandbox container: {exc}")
             ) from None
-        restored: dict[str, Any] = {"image": self.settings.image, "paths": roots}
+        restored: dict[str, Any] = {"image": env.image, "paths": roots}
+        if env.task_image is not None:
+            restored["image_id"] = env.task_image.image_id
+            if record is not None and env.task_image.image_id != record.image_id:
+                # never silently another image: the rebuilt one is named beside the recorded
+                restored["rebuilt_from_recipe"] = record.recipe
+                restored["recorded_image_id"] = record.image_id
         if record is not None:
             result = await env.exec(
                 ["python3", "-I", "-S", "-c", EXTRACT, *roots],
@@ -409,6 +457,13 @@ class Sandboxes:
             restored |= {"digest": record.digest, "files": int(result.stdout.strip() or 0)}
             if skipped:
                 restored["skipped"] = [f"{s.path} ({s.why})" for s in skipped]
+            if env.task_image is None and record.provider not in (None, "gradebook"):
+                # never silently another image: its files came back, its image's tools did not
+                restored["stand_in"] = (
+                    f"captured under the {record.provider!r} sandbox"
+                    + (f" ({record.image})" if record.image else "")
+                    + "; restored into gradebook's image"
+                )
         else:
             restored["fresh"] = True  # nothing was captured: the image as it is
         restored["seconds"] = round(time.perf_counter() - t0, 4)

@@ -29,7 +29,7 @@ from flows.cli.pipeline import (
     print_scored_copies,
     summary_table,
 )
-from flows.runtime.console import console, quiet_prefect
+from flows.runtime.console import console, err_console, quiet_prefect
 from flows.runtime.envvars import environ_set
 from sweeps.mock_server import scripted_server
 from warehouse.commands import command, program
@@ -230,15 +230,26 @@ def demo(
             "captured, then re-scored from the logs after the scorer's test command changes.",
         ),
     ] = False,
+    own_image: Annotated[
+        bool,
+        typer.Option(
+            "--own-image",
+            help="With --agentic: the task brings its own image (a compose file whose "
+            "Dockerfile adds the checker its scorer calls); it runs and is re-scored in it.",
+        ),
+    ] = False,
     verbose: VerboseOption = False,
 ) -> None:
     """End to end offline: two model versions, math + HumanEval, a warehouse, a gate."""
     quiet_prefect(verbose)
+    if own_image and not agentic:
+        err_console.print("[red]error:[/red] --own-image goes with --agentic: add --agentic")
+        raise typer.Exit(2)
     if agentic:
         from flows.cli.demo_agentic import run_agentic_demo
 
         where = directory or Path(".gradebook/demo-agentic")
-        code = _run_flow(verbose, lambda: run_agentic_demo(where))
+        code = _run_flow(verbose, lambda: run_agentic_demo(where, own_image=own_image))
     else:
         code = _run_flow(verbose, lambda: run_demo(directory or Path(".gradebook/demo")))
     raise typer.Exit(code)

@@ -117,7 +117,7 @@ def build_image(
     # Two checkouts (or two `make services`) building the same tag at once would each run
     # debootstrap and import, and the second import would take the tag from under the first:
     # one builds, the other waits for it and then finds the tag.
-    with _build_lock(tag):
+    with build_lock(tag):
         if not force and have_image():
             return tag, False
         users = sandbox_users(recipe_dir)
@@ -134,9 +134,10 @@ def build_image(
 
 
 @contextmanager
-def _build_lock(tag: str) -> Iterator[None]:
-    """Hold the machine-wide lock for building sandbox images (a file lock in the temp dir, which
-    every user and checkout on the machine shares, as they share the Engine)."""
+def build_lock(tag: str) -> Iterator[None]:
+    """Hold the machine-wide lock for building sandbox images, gradebook's and tasks' own (a
+    file lock in the temp dir, which every user and checkout on the machine shares, as they
+    share the Engine)."""
     path = Path(tempfile.gettempdir()) / "gradebook-sandbox-build.lock"
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -272,6 +272,7 @@ def create_container(
     pid_namespace: str = _PID_NAMESPACE,
     workdirs: Sequence[str] = (),
     labels: Mapping[str, str] | None = None,
+    task_image: TaskImageRun | None = None,
 ) -> LiveContainer:
     """Start one locked-down, labelled container whose main process is the watchdog.
 
@@ -286,18 +287,32 @@ def create_container(
             `limits.work_mb` owned by the sandbox uid: where a restored workspace goes when its
             task's sandbox worked elsewhere (workspaces.restore). The root stays read-only.
         labels: more labels (the sandbox and owner labels are always set).
+        task_image: the image is a task's own (`TaskImageRun` says how its service runs).
     """
     from docker.types import Ulimit
 
     api = client.api
     sandbox_uid = sandbox_users().sandbox_uid
     tmpfs = f"size={limits.work_mb}m,mode=0700,uid={sandbox_uid},gid={sandbox_uid}"
+    workdir = "/work"
+    mounts = {path: tmpfs for path in dict.fromkeys(["/work", *workdirs])}
+    if task_image is not None:
+        # A task image's users are its own: a writable place is open to each, as a fresh /tmp
+        # is, but the working directory is owned as in the image (the kernel's tmpfs takes the
+        # mode of the directory it covers, so an owner is needed to write it); the image's
+        # files there are copied in once started (scorers.sandbox.task_image.workdir_files).
+        open_to_all = f"size={limits.work_mb}m,mode=1777"
+        workdir = task_image.workdir
+        mounts = {path: open_to_all for path in dict.fromkeys([workdir, *workdirs, "/tmp"])}
+        if task_image.owner is not None:
+            uid, gid = task_image.owner
+            mounts[workdir] = f"size={limits.work_mb}m,mode=0755,uid={uid},gid={gid}"
     host_config = api.create_host_config(
         init=True,
         auto_remove=True,
         network_mode="none",
         read_only=True,
-        tmpfs={path: tmpfs for path in dict.fromkeys(["/work", *workdirs])},
+        tmpfs=mounts,
         mem_limit=f"{limits.memory_mb}m",
         memswap_limit=f"{limits.memory_mb}m",
         pids_limit=limits.pids,
@@ -311,9 +326,12 @@ def create_container(
     # client (the lifeline) disconnects (StdinOnce), which is what ends the watchdog
     container_id = api.create_container(
         image,
-        _WATCHDOG,
+        # a task image's own ENTRYPOINT would be handed the watchdog as its arguments
+        None if task_image else _WATCHDOG,
+        entrypoint=_WATCHDOG if task_image else None,
         user=user,
-        working_dir="/work",
+        working_dir=workdir,
+        environment=dict(task_image.environment) if task_image else None,
         labels={**(labels or {}), LABEL: "1", OWNER_LABEL: owner, PIDNS_LABEL: pid_namespace},
         stdin_open=True,
         detach=False,
@@ -329,6 +347,22 @@ def create_container(
             pass
         raise
     return LiveContainer(client, container_id, lifeline)
+
+
+@dataclass(frozen=True)
+class TaskImageRun:
+    """How a container of a task's own image runs (scorers.sandbox.task_image.RunImage).
+
+    Attributes:
+        workdir: its working directory, writable (a tmpfs of `work_mb`).
+        environment: the variables of its service.
+        owner: (uid, gid) owning the working directory in the image (None: the image has
+            none there; it is open to every user, as /tmp is).
+    """
+
+    workdir: str
+    environment: Mapping[str, str]
+    owner: tuple[int, int] | None = None
 
 
 def _frames(buffer: bytearray) -> list[tuple[int, bytes]]:

@@ -9,6 +9,15 @@ A task with several named sandboxes (`sandbox("helper")`) gives their names in t
 `sandbox=("gradebook", GradebookSandboxConfig(environments=["default", "helper"]))`, one
 container each, the first the default. `archive` streams a tar of the workspace out (what
 workspaces.capture keeps of a sample's sandbox).
+
+A task that brings its own image runs in it, under the same lockdown (no network, capabilities
+dropped, no-new-privileges, caps, a lifeline; the working directory writable and holding the
+image's own files there): `sandbox=("gradebook", "compose.yaml")` (one named sandbox per
+service), `("gradebook", "Dockerfile")`, or `GradebookSandboxConfig(image="name:tag")`. Recipes
+are read and built by scorers.sandbox.recipe and scorers.sandbox.task_image, once per recipe,
+in `task_init`. A task written for Inspect's `("docker", "compose.yaml")` runs here unchanged
+with `eval(sandbox="gradebook")`: this provider is docker-compatible (`config_files`), so Inspect
+hands it the task's own compose file.
 """
 
 from __future__ import annotations
@@ -26,7 +35,24 @@ from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
 from pydantic import BaseModel, Field, field_validator
 
 from scorers.sandbox.image import image_tag, sandbox_users
-from scorers.sandbox.pool import SandboxLimits, _frames, create_container, owner_label, reap_orphans
+from scorers.sandbox.image_cache import cap_bytes, mark_used, prune
+from scorers.sandbox.pool import (
+    SandboxLimits,
+    TaskImageRun,
+    _frames,
+    create_container,
+    owner_label,
+    reap_orphans,
+)
+from scorers.sandbox.recipe import COMPOSE_NAMES, Recipe, RecipeError, is_recipe_file, read_recipe
+from scorers.sandbox.task_image import (
+    RunImage,
+    local_image,
+    recipe_images,
+    workdir_files,
+    workdir_owner,
+)
+from scorers.sandbox.task_image import run_image as image_run
 
 # Writes stdin to argv[1], creating parent directories (the root filesystem is read-only,
 # so `docker cp`/put_archive cannot be used; only /work is writable).
@@ -106,10 +132,12 @@ def _kill_exec(api: Any, exec_id: str) -> None:
 
 class GradebookSandboxConfig(BaseModel, frozen=True):
     """The "gradebook" provider's config: the names of a sample's sandboxes (one container
-    each; the first is the default)."""
+    each; the first is the default), and the image they run (a local one: nothing is pulled;
+    None: gradebook's own sandbox image)."""
 
     # a tuple: Inspect hashes a task's sandbox spec, config included
     environments: tuple[str, ...] = Field(default=("default",), min_length=1)
+    image: str | None = None
 
     @field_validator("environments")
     @classmethod
@@ -125,6 +153,49 @@ def _names(config: SandboxEnvironmentConfigType | None) -> list[str]:
     return ["default"]
 
 
+# the images of the recipe each task's config names, read (and built) by its task_init: the
+# recipe is packed once per task run, not once per sample
+_RECIPES: dict[str, dict[str, RunImage]] = {}
+
+
+def task_images(
+    client: Any, config: SandboxEnvironmentConfigType | None, *, fresh: bool = False
+) -> dict[str, RunImage]:
+    """The task's own images a config names, by sandbox name ({}: gradebook's own image),
+    built where needed (once per recipe). A recipe file is relative to the task's directory
+    (the working directory Inspect runs a task's sandbox calls in).
+
+    Raises:
+        RecipeError: a recipe gradebook cannot honour (one line naming the key).
+        TaskImageUnavailable: an image that cannot be built or found.
+    """
+    if is_recipe_file(config):
+        assert isinstance(config, str)
+        key = os.path.abspath(config)
+        if fresh or key not in _RECIPES:
+            recipe: Recipe = read_recipe(config)
+            _RECIPES[key] = recipe_images(client, recipe)
+        return _RECIPES[key]
+    if isinstance(config, GradebookSandboxConfig) and config.image:
+        named = config.image
+        image = local_image(client, named, why="named by the sandbox config")
+        return {name: image_run(image, named) for name in config.environments}
+    if config is not None and not isinstance(config, GradebookSandboxConfig):
+        raise RecipeError(
+            f"sandbox config {config!r}: give a compose file, a Dockerfile or a "
+            "GradebookSandboxConfig"
+        )
+    return {}
+
+
+def _limits(image: RunImage) -> SandboxLimits:
+    """gradebook's caps, lowered where the service asks for less."""
+    base = SandboxLimits()
+    memory = min(base.memory_mb, image.mem_limit_mb or base.memory_mb)
+    return SandboxLimits(memory_mb=memory, pids=base.pids, cpus=min(base.cpus, image.cpus or base.cpus),
+                         work_mb=base.work_mb, output_bytes=base.output_bytes)  # fmt: skip
+
+
 @sandboxenv(name="gradebook")
 class GradebookSandboxEnvironment(SandboxEnvironment):
     """One hardened container per sample (see scorers/sandbox/pool.py for the limits).
@@ -137,15 +208,30 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
     """
 
     def __init__(
-        self, client: Any, container: Any, image: str | None = None, workdir: str = "/work"
+        self,
+        client: Any,
+        container: Any,
+        image: str | None = None,
+        workdir: str = "/work",
+        *,
+        task_image: RunImage | None = None,
     ) -> None:
         super().__init__()
         self._client = client
         self._container = container
         self.image = image
         self.workdir = workdir
+        # a task's own image: what capture records of it (its ID, its recipe)
+        self.task_image = task_image
         users = sandbox_users()
-        self._default_user = f"{users.sandbox_uid}:{users.sandbox_uid}"
+        self._default_user = (
+            task_image.user if task_image else f"{users.sandbox_uid}:{users.sandbox_uid}"
+        )
+
+    @classmethod
+    def config_files(cls) -> list[str]:
+        # docker-compatible: Inspect hands this provider a task's own compose file or Dockerfile
+        return [*COMPOSE_NAMES, "Dockerfile"]
 
     @classmethod
     def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
@@ -155,7 +241,14 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
     async def task_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None) -> None:
         import docker
 
-        await anyio.to_thread.run_sync(lambda: reap_orphans(docker.from_env()))
+        def init() -> None:
+            client = docker.from_env(timeout=600)
+            reap_orphans(client)
+            built = task_images(client, config, fresh=True)  # built before any sample
+            if built:
+                prune(client, cap_bytes(), keep=frozenset(i.image_id for i in built.values()))
+
+        await anyio.to_thread.run_sync(init)
 
     @classmethod
     async def sample_init(
@@ -166,23 +259,43 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
     ) -> dict[str, SandboxEnvironment]:
         import docker
 
-        def start() -> GradebookSandboxEnvironment:
-            client = docker.from_env(timeout=120)
-            harness_uid = sandbox_users().harness_uid
-            image = image_tag()
-            container = create_container(
-                client,
-                image,
-                SandboxLimits(),
-                user=f"{harness_uid}:{harness_uid}",
-                owner=owner_label(),
-            )
-            return cls(client, container, image)
+        client = docker.from_env(timeout=120)
+        own = await anyio.to_thread.run_sync(lambda: task_images(client, config))
+        for image in own.values():
+            mark_used(image.image_id)
 
+        def start(name: str) -> GradebookSandboxEnvironment:
+            harness_uid = sandbox_users().harness_uid
+            task_image = own.get(name)
+            if task_image is None:
+                image = image_tag()
+                container = create_container(
+                    client, image, SandboxLimits(), user=f"{harness_uid}:{harness_uid}",
+                    owner=owner_label(),
+                )  # fmt: skip
+                return cls(client, container, image)
+            limits = _limits(task_image)
+            files = workdir_files(client, task_image.image_id, task_image.workdir,
+                                  limits.work_mb * 2**20)  # fmt: skip
+            run = TaskImageRun(task_image.workdir, task_image.environment, workdir_owner(files))
+            container = create_container(
+                client, task_image.ref, limits, user=f"{harness_uid}:{harness_uid}",
+                owner=owner_label(), task_image=run,
+            )  # fmt: skip
+            env = cls(client, container, task_image.ref, task_image.workdir, task_image=task_image)
+            if files:
+                try:
+                    env._unpack_image_files(files)
+                except BaseException:
+                    container.remove()
+                    raise
+            return env
+
+        names = list(own) if is_recipe_file(config) else _names(config)
         environments: dict[str, SandboxEnvironment] = {}
         try:
-            for name in _names(config):
-                environments[name] = await anyio.to_thread.run_sync(start)
+            for name in names:
+                environments[name] = await anyio.to_thread.run_sync(start, name)
         except BaseException:
             for started in environments.values():
                 await anyio.to_thread.run_sync(started.as_type(cls)._container.remove)
@@ -273,6 +386,35 @@ class GradebookSandboxEnvironment(SandboxEnvironment):
                 raise IsADirectoryError(f"{file} is a directory")
             raise PermissionError(f"cannot read {file}: {message.strip()[-200:]}")
         return out.decode() if text else out
+
+    def _unpack_image_files(self, files: bytes) -> None:
+        """Put the image's own files at the working directory into its tmpfs, as the user
+        commands run as (a tar read from the image: `workdir_files`)."""
+        code, _, err = _exec_blocking(
+            self._client,
+            self._container.id,
+            [
+                "tar",
+                "-x",
+                "-f",
+                "-",
+                "--no-same-owner",
+                "--strip-components=1",
+                "-C",
+                self.workdir,
+            ],  # fmt: skip
+            user=self._default_user,
+            workdir="/",
+            env=None,
+            stdin=files,
+            timeout=120,
+            cap=SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE,
+        )
+        if code != 0:
+            raise RuntimeError(
+                f"could not copy the image's files into {self.workdir}: "
+                f"{err.decode(errors='replace').strip()[-300:]}"
+            )
 
     def _path(self, file: str) -> str:
         return file if file.startswith("/") else f"{self.workdir}/{file}"
