@@ -180,8 +180,8 @@ def test_recording_a_new_stat_never_waits_for_the_lock(base_log, tmp_path, hashe
     assert rows(wh, "SELECT log_mtime_ns FROM runs") == [(path.stat().st_mtime_ns,)]
 
 
-def test_a_remote_log_is_hashed_every_time(base_log, tmp_path, hashed):
-    url = f"memory://{tmp_path.name}/r.eval"
+def test_a_remote_log_is_hashed_every_time(base_log, s3_bucket, tmp_path, hashed):
+    url = f"{s3_bucket}/{tmp_path.name}/r.eval"
     with fsspec.open(url, "wb") as f:
         f.write(Path(base_log.location).read_bytes())
     wh = Warehouse(tmp_path / "g.duckdb")
