@@ -4,6 +4,8 @@ from its copy in a bucket is one run. Against a real S3 server (moto's) on 127.0
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +187,19 @@ def test_a_log_ingested_from_disk_then_from_its_bucket_copy_is_one_run(
     with Warehouse(db).read() as con:
         assert con.execute("SELECT count(*), sum(n_samples) FROM runs").fetchone() == (1, 12)
         assert con.execute("SELECT count(*) FROM samples").fetchone() == (12,)
+    # the warehouse keeps where each copy was seen, with the same bytes in both places
+    seen = "SELECT location, log_sha256 FROM log_copies ORDER BY first_seen"
+    sql = _gradebook("sql", "--db", str(db), "--format", "json", seen, env={}, cwd=tmp_path)
+    assert sql.returncode == 0, sql.stderr
+    sha = hashlib.sha256(two_logs[0].read_bytes()).hexdigest()
+    assert json.loads(sql.stdout) == [
+        {"location": str(two_logs[0]), "log_sha256": sha},
+        {"location": url, "log_sha256": sha},
+    ]
+    # read again from either place: nothing new is recorded
+    for where in (url, str(two_logs[0])):
+        ran = _gradebook("ingest", "--db", str(db), where, env=s3_server.env(), cwd=tmp_path)
+        assert ran.returncode == 0 and "+0 samples (12 stored)" in ran.stdout, ran.stderr
+    assert json.loads(
+        _gradebook("sql", "--db", str(db), "--format", "json", seen, env={}, cwd=tmp_path).stdout
+    ) == [{"location": str(two_logs[0]), "log_sha256": sha}, {"location": url, "log_sha256": sha}]
