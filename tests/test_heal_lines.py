@@ -50,7 +50,7 @@ def test_gate_says_where_a_missing_workspace_is_looked_for(tmp_path: Path) -> No
     missing = unscored(
         "workspace_missing",
         "workspace 0123456789ab of sandbox 'default' is in none of the stores /gone/workspaces: "
-        f"mount the store there, or name its directory in {STORES_ENV}, then grade again with "
+        f"mount the store there, or name its directory or URL in {STORES_ENV}, then grade again with "
         "--retry-unscored",
     )
     digest = fingerprint(get_verifier("math")).digest
@@ -63,3 +63,5 @@ def test_gate_says_where_a_missing_workspace_is_looked_for(tmp_path: Path) -> No
     assert "workspace_missing." not in line, line
     # the variable the restore reads (workspaces.restore), and the way out when none has it
     assert STORES_ENV in line and "re-run their generation" in line, line
+    # a store may be a bucket prefix, reached with this host's own credentials (issue 39)
+    assert "s3:// prefix" in line and "AWS_ENDPOINT_URL" in line, line

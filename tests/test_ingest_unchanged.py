@@ -180,8 +180,42 @@ def test_recording_a_new_stat_never_waits_for_the_lock(base_log, tmp_path, hashe
     assert rows(wh, "SELECT log_mtime_ns FROM runs") == [(path.stat().st_mtime_ns,)]
 
 
-def test_a_remote_log_is_hashed_every_time(base_log, tmp_path, hashed):
-    url = f"memory://{tmp_path.name}/r.eval"
+def test_every_location_a_log_is_seen_at_is_recorded_once(base_log, tmp_path, hashed, monkeypatch):
+    """One run however many copies of its log are ingested; `log_copies` names each place it
+    was read from with the bytes it held there, and a re-run over known copies writes nothing
+    (a reader holding the file does not stop it)."""
+    a = settled_copy(base_log, tmp_path / "a.eval")
+    b = settled_copy(base_log, tmp_path / "b.eval")
+    wh = Warehouse(tmp_path / "g.duckdb", lock_timeout_s=60)
+    wh.ingest_logs([a])
+    [copy] = wh.ingest_logs([b])  # hashed: the same bytes, so no new sample, a new location
+    assert (copy.samples_added, copy.samples_total) == (0, 12)
+    # renamed: its stat proves it is the file last hashed, so it is not read again, but the
+    # new name is where it is now
+    moved = b.rename(tmp_path / "moved.eval")
+    assert wh.ingest_logs([moved])[0].samples_total == 12
+    assert hashed == [str(a), str(b)]
+
+    (sha,) = {r[0] for r in rows(wh, "SELECT log_sha256 FROM runs")}
+    seen = "SELECT run_id, location, log_sha256, log_size FROM log_copies ORDER BY first_seen, location"
+    expect = [(base_log.eval.eval_id, str(p), sha, a.stat().st_size) for p in (a, b, moved)]
+    assert rows(wh, seen) == expect
+    assert rows(wh, "SELECT count(*) FROM runs") == [(1,)]
+
+    with reader_holding(wh.path) as reader:  # a write would wait for the reader to go
+        for p in (a, moved):
+            assert wh.ingest_logs([p])[0].samples_total == 12
+        assert reader.poll() is None
+    assert rows(wh, seen) == expect
+
+    # a relative name is recorded absolute: the same file from another directory is one place
+    monkeypatch.chdir(tmp_path)
+    wh.ingest_logs(["a.eval"])
+    assert rows(wh, seen) == expect
+
+
+def test_a_remote_log_is_hashed_every_time(base_log, s3_bucket, tmp_path, hashed):
+    url = f"{s3_bucket}/{tmp_path.name}/r.eval"
     with fsspec.open(url, "wb") as f:
         f.write(Path(base_log.location).read_bytes())
     wh = Warehouse(tmp_path / "g.duckdb")

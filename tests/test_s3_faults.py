@@ -186,3 +186,53 @@ def test_an_endpoint_that_refuses_is_one_line(proxy, s3_server, bucket, tmp_path
         f"error: s3://{bucket}/logs/: the object store does not answer (endpoint "
         f"{proxy.endpoint}): check that it is up and that AWS_ENDPOINT_URL points at it"
     )
+
+
+_FAIL_EARLY = """
+import sys
+from warehouse import log_spill
+log_spill.expect([sys.argv[1]])  # the download starts in the background
+sys.stdin.readline()
+raise SystemExit("the command failed before reading the log")
+"""
+
+
+def test_a_command_failing_early_does_not_wait_for_a_download_in_flight(
+    proxy, s3_server, bucket, tmp_path
+):
+    """The download stalls (the proxy holds its GET); the command fails meanwhile: it exits
+    without waiting for the bytes, and the spill keeps no half file."""
+    import threading
+
+    in_flight, release = threading.Event(), threading.Event()
+    gets: list[str] = []
+
+    def stall(method: str, path: str) -> None:
+        if method == "GET":
+            gets.append(path)
+            in_flight.set()
+            release.wait(600)
+
+    proxy.set(hook=stall, match=_object("logs/first.eval"))
+    spill = tmp_path / "spill"
+    env = {**os.environ, **s3_server.env(), "AWS_ENDPOINT_URL": proxy.endpoint,
+           "GRADEBOOK_SPILL_DIR": str(spill)}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FAIL_EARLY, f"s3://{bucket}/logs/first.eval"],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert in_flight.wait(300), proxy.seen()
+        assert [p.name for p in spill.iterdir() if p.name.endswith(".part")]  # being written
+        # the stalled GET is not answered until the process is gone: had it waited for the
+        # download, it would have sat through the read timeout (60 s) and sent the GET again
+        _, err = proc.communicate("go\n", timeout=300)
+        assert len(gets) == 1, gets
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and "the command failed before reading the log" in err, err
+    assert "Traceback" not in err, err
+    assert list(spill.iterdir()) == []

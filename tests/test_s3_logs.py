@@ -4,6 +4,8 @@ from its copy in a bucket is one run. Against a real S3 server (moto's) on 127.0
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +187,98 @@ def test_a_log_ingested_from_disk_then_from_its_bucket_copy_is_one_run(
     with Warehouse(db).read() as con:
         assert con.execute("SELECT count(*), sum(n_samples) FROM runs").fetchone() == (1, 12)
         assert con.execute("SELECT count(*) FROM samples").fetchone() == (12,)
+    # the warehouse keeps where each copy was seen, with the same bytes in both places
+    seen = "SELECT location, log_sha256 FROM log_copies ORDER BY first_seen"
+    sql = _gradebook("sql", "--db", str(db), "--format", "json", seen, env={}, cwd=tmp_path)
+    assert sql.returncode == 0, sql.stderr
+    sha = hashlib.sha256(two_logs[0].read_bytes()).hexdigest()
+    assert json.loads(sql.stdout) == [
+        {"location": str(two_logs[0]), "log_sha256": sha},
+        {"location": url, "log_sha256": sha},
+    ]
+    # read again from either place: nothing new is recorded
+    for where in (url, str(two_logs[0])):
+        ran = _gradebook("ingest", "--db", str(db), where, env=s3_server.env(), cwd=tmp_path)
+        assert ran.returncode == 0 and "+0 samples (12 stored)" in ran.stdout, ran.stderr
+    assert json.loads(
+        _gradebook("sql", "--db", str(db), "--format", "json", seen, env={}, cwd=tmp_path).stdout
+    ) == [{"location": str(two_logs[0]), "log_sha256": sha}, {"location": url, "log_sha256": sha}]
+
+
+@pytest.mark.slow
+def test_ingest_score_rescore_and_gate_with_the_logs_in_a_bucket(
+    prefect_api, s3_server, s3_bucket, two_logs, tmp_path
+):
+    """Each command from the CLI, as a user with the logs only in a bucket runs them: ingest and
+    score take the prefix; rescore and gate (which read the warehouse, not logs) take a sweep
+    config whose log_dir is the prefix, and what they print names the logs by their URLs."""
+    from cluster_kit import SLOW_VERIFIER
+    from flows_kit import TASK_SPEC
+
+    urls = _upload(s3_server, s3_bucket, two_logs, "e2e/logs")
+    prefix = f"{s3_bucket}/e2e/logs/"
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    verifier = mods / "lastword.py"
+    verifier.write_text(SLOW_VERIFIER.format(name="lastword", delay=0.0))
+    env = {**s3_server.env(), "PYTHONPATH": os.pathsep.join([str(mods), str(Path(__file__).parent),
+                                                            os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    db = tmp_path / "g.duckdb"
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text(
+        f'name = "bucketed"\nlog_dir = "{prefix}"\nwarehouse = "{db}"\n'
+        'verifier_modules = ["lastword"]\n'
+        '[[models]]\nname = "m1"\nmodel = "mockllm/model"\n'
+        f'[[tasks]]\ntask = "{TASK_SPEC}"\nverifiers = ["lastword"]\n'
+        "[gates]\nmin_accuracy = 0.5\nmax_regression = 0.5\n"
+    )
+
+    def grades() -> dict[str, tuple]:
+        with Warehouse(db).read() as con:
+            return dict(
+                con.execute(
+                    "SELECT run_id, (count(*), sum(value), count(DISTINCT fingerprint)) "
+                    "FROM scores WHERE scorer = 'lastword' GROUP BY run_id"
+                ).fetchall()
+            )
+
+    ingested = _gradebook("ingest", "--db", str(db), prefix, env=env, cwd=tmp_path)
+    assert ingested.returncode == 0, ingested.stdout + ingested.stderr
+    assert ingested.stdout.count("+12 samples (12 stored)") == 2, ingested.stdout
+
+    scored = _gradebook("score", urls[0], "--db", str(db), "--verifier", "lastword",
+                        "--verifier-module", "lastword", env=env, cwd=tmp_path)  # fmt: skip
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    [first_run] = grades()
+    # 4 of the 12 samples errored at generation; the other 8 answered right
+    assert grades() == {first_run: (12, 8.0, 1)}
+
+    # the second run has no grades yet: the gate cannot evaluate it and says to score its log,
+    # named by its URL
+    gate = _gradebook("gate", "--config", str(cfg), "--run", "second-run", env=env, cwd=tmp_path)
+    assert gate.returncode == 2, gate.stdout + gate.stderr
+    assert f"gradebook score {urls[1]} --db {db}" in " ".join(gate.stdout.split()), gate.stdout
+
+    # the verifier is edited (now nothing is right): rescore re-grades from the warehouse alone
+    verifier.write_text(verifier.read_text().replace("ok = answer ==", "ok = False and answer =="))
+    rescored = _gradebook("rescore", "--config", str(cfg), env=env, cwd=tmp_path)
+    assert rescored.returncode == 0, rescored.stdout + rescored.stderr
+    assert grades() == {first_run: (24, 8.0, 2)}
+
+    # the whole prefix scored by the current verifier, then gated: the first run fails its
+    # accuracy floor, the second too
+    scored = _gradebook("score", prefix, "--db", str(db), "--verifier", "lastword",
+                        "--verifier-module", "lastword", env=env, cwd=tmp_path)  # fmt: skip
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    assert grades() == {first_run: (24, 8.0, 2), "second-run": (12, 0.0, 1)}
+    gate = _gradebook("gate", "--config", str(cfg), "--run", first_run, "--run", "second-run",
+                      "--json", env=env, cwd=tmp_path)  # fmt: skip
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    verdicts = {r["run_id"]: r["exit_code"] for r in json.loads(gate.stdout)["runs"]}
+    assert verdicts == {first_run: 1, "second-run": 1}
+    with Warehouse(db).read() as con:
+        # each gate recorded its decision (the first one's too: it could not evaluate)
+        assert con.execute("SELECT count(*) FROM gates").fetchone() == (3,)
+        paths = con.execute("SELECT log_path FROM runs ORDER BY log_path").fetchall()
+    assert paths == [(u,) for u in urls]
+    assert not (tmp_path / "s3:").exists()

@@ -545,6 +545,7 @@ def test_cli_ingest_sql_and_export(log, tmp_path):
             "judge_usage",
             "latest_gates",
             "latest_scores",
+            "log_copies",
             "messages",
             "run_metrics",
             "run_metrics_base",

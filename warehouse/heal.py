@@ -46,8 +46,10 @@ _CAUSE = {
     "workspace_missing": (
         "the sandbox workspace archives their logs name are in no workspace store looked in "
         "(each sample's explanation lists those)",
-        f"once a store holds them (mount it where the logs say, or name its directory in "
-        f"{WORKSPACE_STORES_ENV}; if no store has them any more, re-run their generation)",
+        f"once a store this host can reach holds them (mount a directory where the logs say, "
+        f"or name another directory or s3:// prefix in {WORKSPACE_STORES_ENV}; a store in a "
+        "bucket needs this host's AWS credentials and AWS_ENDPOINT_URL; if no store has them "
+        "any more, re-run their generation)",
     ),
 }
 

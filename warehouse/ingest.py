@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
+import warehouse.log_copies as log_copies
 import warehouse.log_spill as log_spill
 import warehouse.log_stamps as log_stamps
 from warehouse.connection import (
@@ -73,6 +74,7 @@ class _StoredRun:
     n_samples: int
     stamp: log_stamps.LogStamp | None
     path: str | None = None
+    copy_known: bool = False  # the location read now is recorded with the stored bytes
 
 
 class Ingest:
@@ -165,10 +167,12 @@ class Ingest:
         # a no-op takes no write lock and no transaction; and when the file's stat proves it is
         # the one hashed last time (warehouse.log_stamps), without reading the file again.
         stamp = log_stamps.stamp(path)  # before hashing: it vouches only for what is read after
-        stored = self._stored_run(spec.eval_id)
+        stored = self._stored_run(spec.eval_id, path)
         prior = stored if stored is not None and stored.state == "complete" else None
         # (not complete: an interrupted or damaged ingest, finished whatever the file says)
         if prior is not None and log_stamps.proves_unchanged(prior.stamp, stamp):
+            if not prior.copy_known:  # the same file under another name (moved, linked)
+                self._record_copy(spec.eval_id, path, prior.sha256, prior.size)
             return result(0, prior.n_samples)
         try:
             sha256, size = logs.file_digest(path)
@@ -177,6 +181,8 @@ class Ingest:
         if stamp is not None and stamp.size != size:
             stamp = None  # written while it was hashed: this stat is not of the bytes hashed
         if prior is not None and (prior.sha256, prior.size) == (sha256, size):
+            if not prior.copy_known:  # a copy of the stored log, seen here for the first time
+                self._record_copy(spec.eval_id, path, sha256, size)
             if stamp is not None and not stamp.racy:
                 self._remember_stamp(spec.eval_id, sha256, stamp)
             return result(0, prior.n_samples)
@@ -279,8 +285,8 @@ class Ingest:
         run_id = spec.get("eval_id") if isinstance(spec, dict) else None
         if not isinstance(run_id, str) or not run_id:
             return None
-        stored = self._stored_run(run_id)
-        if stored is None or stored.state != "complete":
+        stored = self._stored_run(run_id, path)
+        if stored is None or stored.state != "complete" or not stored.copy_known:
             return None
         if not log_stamps.proves_unchanged(stored.stamp, stamp):
             return None
@@ -289,22 +295,32 @@ class Ingest:
             0, stored.n_samples,
         )  # fmt: skip
 
-    def _stored_run(self, run_id: str) -> _StoredRun | None:
+    def _stored_run(self, run_id: str, path: str) -> _StoredRun | None:
+        """The run's stored row, and whether `path` is recorded as a copy of its bytes."""
         if not self.path.exists():
             return None
         with self.read() as con:
             row = one(
                 con.execute(
                     "SELECT log_sha256, log_size, ingest_state, n_samples, log_mtime_ns, "
-                    "log_inode, epoch_us(log_seen_at), log_path FROM wh.runs WHERE run_id = ?",
-                    [run_id],
+                    f"log_inode, epoch_us(log_seen_at), log_path, {log_copies.KNOWN_SQL} "
+                    "FROM wh.runs WHERE run_id = ?",
+                    [log_copies.location_of(path), run_id],
                 )
             )
         if row is None:
             return None
-        sha256, size, state, n_samples, mtime_ns, inode, seen_us, log_path = row
+        sha256, size, state, n_samples, mtime_ns, inode, seen_us, log_path, known = row
         stamp = log_stamps.LogStamp.from_row(size, mtime_ns, inode, seen_us)
-        return _StoredRun(sha256, size, state, n_samples or 0, stamp, log_path)
+        return _StoredRun(sha256, size, state, n_samples or 0, stamp, log_path, bool(known))
+
+    def _record_copy(self, run_id: str, path: str, sha256: str | None, size: int | None) -> None:
+        """Record a location where the stored log was seen (warehouse.log_copies): a real
+        record, so it waits for the write lock as any write does."""
+        if sha256 is None:
+            return
+        with self.write() as con:
+            log_copies.record_copy(con, run_id, path, sha256, size)
 
     def _remember_stamp(self, run_id: str, sha256: str, stamp: log_stamps.LogStamp) -> None:
         """Record that `stamp` vouches for the stored sha256, so the next re-ingest of the file
@@ -342,6 +358,11 @@ class Ingest:
             [*values.values(), first[0] if first else None],
         )
         _refresh_run_counts(con, run.run_id, state)
+        if state == "complete":  # every sample of this file is in: a copy of the run's log
+            log_copies.record_copy(
+                con, run.run_id, run.values["log_path"], run.values["log_sha256"],
+                run.values["log_size"],
+            )  # fmt: skip
 
 
 def _append_recorded(

@@ -17,15 +17,21 @@ an unchanged one is not downloaded again by the next command. The download reads
 with `If-Match` on its ETag (s3fs sends it on every ranged read), so an object replaced mid-read
 fails instead of mixing two versions; it is written under a temporary name and renamed only
 once it has all `size` bytes, so a copy cut short is never taken for a log.
+
+The background fetch runs on a daemon thread: a command that ends (or fails) while a download is
+in flight does not wait for bytes nobody will read. At exit its temporary file is removed, and
+the thread, told to stop, neither creates another nor renames one into place.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,7 +94,12 @@ _COPIES: dict[str, tuple[Path, ObjectIdentity]] = {}
 _PENDING: dict[str, Future] = {}
 _ORDER: list[str] = []  # the URLs a command will read, in order (`expect`)
 _LOCK = threading.Lock()
-_POOL: ThreadPoolExecutor | None = None
+# the background fetches, one at a time, on one daemon thread (started on first use)
+_QUEUE: queue.SimpleQueue[tuple[str, Future]] = queue.SimpleQueue()
+_FETCHER: threading.Thread | None = None
+# the process is exiting: no download starts, none is renamed into place (under _LOCK)
+_EXITING = False
+_PARTIALS: set[Path] = set()  # temporary files being written now (under _LOCK)
 
 
 def expect(locations: list[str]) -> None:
@@ -150,13 +161,41 @@ def _next_after(location: str) -> None:
 
 
 def _ahead(location: str) -> None:
-    global _POOL
+    global _FETCHER
     with _LOCK:
-        if location in _COPIES or location in _PENDING:
+        if _EXITING or location in _COPIES or location in _PENDING:
             return
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(1, thread_name_prefix="gradebook-spill")
-        _PENDING[location] = _POOL.submit(_fetch, location)
+        future: Future = Future()
+        _PENDING[location] = future
+        _QUEUE.put((location, future))
+        if _FETCHER is None:
+            # a daemon: a ThreadPoolExecutor's thread would be joined at exit, so a command
+            # failing early would first wait for a download whose result nobody reads
+            _FETCHER = threading.Thread(target=_fetch_queued, name="gradebook-spill", daemon=True)
+            _FETCHER.start()
+
+
+def _fetch_queued() -> None:
+    while True:
+        location, future = _QUEUE.get()
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(_fetch(location))
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, as an executor does
+            future.set_exception(exc)
+
+
+@atexit.register
+def _drop_partials() -> None:
+    """At exit: no download is finished or started any more, and the temporary files of those
+    in flight are removed (the daemon thread writing one is not waited for)."""
+    global _EXITING
+    with _LOCK:
+        _EXITING = True
+        for partial in _PARTIALS:
+            partial.unlink(missing_ok=True)
+        _PARTIALS.clear()
 
 
 def _fetch(location: str) -> Path:
@@ -208,8 +247,15 @@ def _download(fs: object, location: str, ident: ObjectIdentity, target: Path) ->
         with fs.open(location, "rb", block_size=_BLOCK, cache_type="none") as src:  # type: ignore[attr-defined]
             if ident.etag and getattr(src, "details", {}).get("ETag", ident.etag) != ident.etag:
                 raise SpillError(_REPLACED.format(location=location))
-            with open(partial, "wb") as out:
+            with _LOCK:  # created only while the exit handler can still remove it
+                if _EXITING:
+                    raise SpillError(f"{location}: not fetched: the command is exiting")
+                out = open(partial, "wb")  # closed by the `with` below
+                _PARTIALS.add(partial)
+            with out:
                 while chunk := src.read(_BLOCK):
+                    if _EXITING:
+                        raise SpillError(f"{location}: not fetched: the command is exiting")
                     out.write(chunk)
                     got += len(chunk)
         if got != ident.size:
@@ -223,7 +269,10 @@ def _download(fs: object, location: str, ident: ObjectIdentity, target: Path) ->
         after = fs.info(location)  # type: ignore[attr-defined]
         if str(after.get("ETag") or "") != ident.etag or int(after["size"]) != ident.size:
             raise SpillError(_REPLACED.format(location=location))
-        os.replace(partial, target)
+        with _LOCK:  # never a rename after the exit handler removed the file
+            if _EXITING:
+                raise SpillError(f"{location}: not fetched: the command is exiting")
+            os.replace(partial, target)
     except SpillError:
         raise
     except Exception as exc:  # noqa: BLE001 - one line naming the URL
@@ -232,6 +281,8 @@ def _download(fs: object, location: str, ident: ObjectIdentity, target: Path) ->
             raise SpillError(_REPLACED.format(location=location)) from exc
         raise SpillError(one_line_error(location, exc)) from exc
     finally:
+        with _LOCK:
+            _PARTIALS.discard(partial)
         partial.unlink(missing_ok=True)
 
 

@@ -18,6 +18,7 @@ import duckdb
 from warehouse.connection import WarehouseError, one
 from warehouse.gate_schema import GATES_TABLE_SQL, PASS_AT_K_SQL
 from warehouse.judge_usage import JUDGE_USAGE_SQL
+from warehouse.log_copies import LOG_COPIES_SQL
 from warehouse.log_stamps import LOG_STAMP_SQL
 from warehouse.metric_views import QUERY_VIEWS_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
@@ -232,6 +233,7 @@ MIGRATIONS: list[Migration] = [
         "workspaces and sandbox_calls views: agents' workspaces, scorers' calls",
         WORKSPACE_VIEWS_SQL,
     ),
+    Migration("log_copies: every location a run's log was seen at", LOG_COPIES_SQL),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -87,7 +87,7 @@ def _ensure_pool(client: Any, name: str) -> None:
         pool = None
     if pool is not None:
         # an existing pool is kept whatever its type: a Docker or Kubernetes pool made from
-        # infra/cluster/templates runs the same deployments (its image holds the same checkout)
+        # infra/cluster/templates runs the same deployments (its image has gradebook installed)
         return
     try:
         client.create_work_pool(
