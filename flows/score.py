@@ -55,6 +55,7 @@ from flows.score_writes import (
     BatchWriter,
 )
 from scorers.registry import Verifier, get_verifier
+from scorers.workers.phases import STAGE
 from scorers.workers.pool import DEFAULT_CHUNK, GradingPool, grade_chunk
 from scorers.workers.prewarm import warm_preload
 from scorers.workers.stage import (
@@ -219,21 +220,24 @@ def _score_runs(
                         raise _stop(wh, summaries, None, order[position:], retries)
                     # the files as they are now: what rows are written under, and what every
                     # grading process must have run for its rows to be written
-                    fp = fingerprint(verifier)
+                    with STAGE.timed("fingerprint the verifier"):
+                        fp = fingerprint(verifier)
                     for run_id in run_ids:
                         summary = summaries.setdefault((run_id, name), RunScore(run_id, name, ""))
                         summary.fingerprint, summary.stale = fp.digest, 0
-                    samples = Samples(
-                        wh.samples_to_score(
-                            name,
-                            fp.digest,
-                            run_ids=run_ids,
-                            retry=retry,
-                            max_attempt=max_attempt,
-                            skip_reasons=skip_reasons,
-                            state=verifier.reads_state,
+                    with STAGE.timed("read the samples to grade"):
+                        samples = Samples(
+                            wh.samples_to_score(
+                                name,
+                                fp.digest,
+                                run_ids=run_ids,
+                                retry=retry,
+                                max_attempt=max_attempt,
+                                skip_reasons=skip_reasons,
+                                state=verifier.reads_state,
+                            )
                         )
-                    )
+                    STAGE.mark("samples read")
                     label = f"score {name}" + (" (+ retries)" if retry else "")
                     if code_pass:
                         label += " (its code changed while grading: again)"
@@ -256,8 +260,10 @@ def _score_runs(
                             raise
                         raise _stop(wh, summaries, writer, order[position + 1 :], retries) from None
                     finally:
-                        writer.settle()
-                    writer.flush()
+                        with STAGE.timed("wait for the write in flight (grading done)"):
+                            writer.settle()
+                    with STAGE.timed("the last write (grading done)"):
+                        writer.flush()
                     if not stale:
                         break
                     # its processes hold other code than the files: fresh ones import them
@@ -543,6 +549,7 @@ def score_flow(
         Cancelled, with the summaries (`.stopped`, `.left`) as its data. `run_score` returns
         the summaries in both cases.
     """
+    STAGE.mark("flow body start")
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
     # SIGINT/SIGTERM stop the stage in order (inside the flow run: Prefect's engine installs its
@@ -552,16 +559,21 @@ def score_flow(
             try:
                 # big logs, and judges: start the workers first, so that their start-up
                 # overlaps the ingest
-                early = verifiers_for(logs, verifiers)
-                if starts_early(logs, warm_preload(early), opts.chunk_size):
-                    start_for(pool, early)
-                plan, ingested = ingest_task(warehouse, logs, verifiers)
-                _label_score_run(warehouse, ingested, plan)
+                with STAGE.timed("start the workers"):
+                    early = verifiers_for(logs, verifiers)
+                    if starts_early(logs, warm_preload(early), opts.chunk_size):
+                        start_for(pool, early)
+                with STAGE.timed("ingest (a task run)"):
+                    plan, ingested = ingest_task(warehouse, logs, verifiers)
+                with STAGE.timed("name the flow run"):
+                    _label_score_run(warehouse, ingested, plan)
                 summaries = score_runs(
                     warehouse, plan, opts, pool, retry="all" if retry_unscored else None
                 )
+                STAGE.mark("stage done")
             finally:
-                pool.close()
+                with STAGE.timed("close the pool"):
+                    pool.close()
         except KeyboardInterrupt as exc:
             signum = stop_signal()
             if signum is None:
@@ -578,6 +590,7 @@ def score_flow(
         from warehouse.scored_logs import write_scored_logs
 
         write_scored_logs(warehouse, logs, Path(scored_log_dir), problems)
+    STAGE.mark("flow body end")
     if problems:
         # the command exits 2 on these: its run says so too, not Completed
         unreadable = UnreadableLogs(ScoreSummaries(summaries, problems))
