@@ -89,6 +89,13 @@ class PhaseClock:
 STAGE = PhaseClock()
 
 
+# a worker's own phases (the rest of its WorkerTimes are grading paths)
+_OWN = frozenset(
+    {"wait for a chunk", "decode the chunk", "grade calls, in all", "check the code it ran",
+     "send the results"}
+)  # fmt: skip
+
+
 class WorkerTimes:
     """A grading worker's own seconds since it last reported: waiting for a chunk, decoding
     one, grading (split by how each sample was decided: its Grade's metadata `path`, e.g. the
@@ -102,7 +109,9 @@ class WorkerTimes:
     def add(self, phase: str, seconds: float) -> None:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
-    def take(self) -> dict[str, float]:
-        """What was timed since the last take (and start afresh)."""
+    def take(self, graded_by: str = "") -> dict[str, float]:
+        """What was timed since the last take (and start afresh); the grading paths (added
+        per sample under the path's bare name, so nothing is formatted per sample) are named
+        `graded_by` + path."""
         out, self.seconds = self.seconds, {}
-        return out
+        return {k if k in _OWN else graded_by + k: v for k, v in out.items()}

@@ -94,7 +94,7 @@ def grade_chunk(
             )  # fmt: skip
             if times is not None:
                 path = g.metadata.get("path") if g.metadata else None
-                times.add(f"grade {path if isinstance(path, str) else 'other'}", out[-1][6])
+                times.add(path if isinstance(path, str) else "other", out[-1][6])
     return out
 
 
@@ -277,7 +277,7 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
             # after grading: a module the verifier imported while grading counts too
             digest = _digest_as_loaded(verifier)
             times.add("check the code it ran", clock() - t1)
-            reply: tuple = (job, "ok", results, digest, times.take())
+            reply: tuple = (job, "ok", results, digest, times.take(graded_by="grade "))
         except Exception as exc:
             reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
         busy.clear()
