@@ -75,7 +75,7 @@ def _command(pid: str, name: str) -> str:
     except OSError:
         return name
     text = " ".join(a.decode(errors="replace") for a in argv if a)
-    return (text or name)[:100]
+    return " ".join((text or name).split())[:100]  # one line: a `python -c` program has several
 
 
 def load_average() -> list[float]:

@@ -63,7 +63,8 @@ def _busiest(machine: dict[str, Any]) -> str:
     if not busy:
         return "none"
     top = busy[0]
-    return f"{top['command'][:40]} ({top['cpu_pct']:.0f} %)".replace("|", "/")
+    command = " ".join(top["command"].split())[:40].replace("|", "/")
+    return f"`{command}` ({top['cpu_pct']:.0f} %)"
 
 
 def rounds_table(docs: list[dict[str, Any]]) -> str:
