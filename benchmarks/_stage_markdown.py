@@ -25,6 +25,7 @@ BAR = 0.8  # the flow-vs-split row's bar (benchmarks/scoring_stage.py)
 STEPS = (
     ("start the workers", "start the workers (early)"),
     ("ingest (a task run)", "ingest, a no-op (a task run)"),
+    ("name the flow run", "name the flow run (read its labels; the server call is on a thread)"),
     ("fingerprint the verifier", "fingerprint"),
     ("read the samples to grade", "read the samples out of the warehouse"),
     ("await the workers' start", "wait for the workers' start"),
@@ -127,8 +128,8 @@ def runs_table(docs: list[dict[str, Any]]) -> str:
             f"{flow:.1f} s",
             f"**{split / flow:.2f}×**",
             verdict,
-            f"{run['inspect_ratio']:.1f}×",
-            f"{run['peak_rss_mb']:,.0f} MB",
+            f"{run['inspect_ratio']:.1f}×" if run.get("inspect_ratio") else "–",
+            f"{run['peak_rss_mb']:,.0f} MB" if run.get("peak_rss_mb") else "–",
             f"{end[0]:.2f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -160,7 +161,10 @@ def steps_table(docs: list[dict[str, Any]]) -> str:
             values = [v for v in values if v is not None]
             cells.append(f"{statistics.median(values):.2f}" if values else "–")
         lines.append(f"| CPU seconds: {key} | " + " | ".join(cells) + " |")
-    extraction = [f"{doc['run']['extraction_s']:.2f}" for doc in docs]
+    extraction = [
+        f"{doc['run']['extraction_s']:.2f}" if doc["run"].get("extraction_s") else "–"
+        for doc in docs
+    ]
     lines.append(
         "| extraction alone, timed in one process (inside the workers' grade calls) | "
         + " | ".join(extraction)

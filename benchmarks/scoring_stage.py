@@ -1,6 +1,7 @@
 """Throughput of the `score` flow on a big math log, against two anchors measured in the same run.
 
     .venv/bin/python benchmarks/scoring_stage.py [--quick] [--json PATH] [--samples N]
+    .venv/bin/python benchmarks/scoring_stage.py --markdown RUN.json [RUN.json ...]
 
 Rows:
   - score flow (a real Prefect flow run against a local server, on a log already ingested, so
@@ -30,6 +31,14 @@ Rows:
   - the fixed overhead of one `gradebook sweep` with one sample, as a subprocess (Prefect start-up
     included), against a bare `inspect eval` of the same one sample in a subprocess; both talk to
     a local OpenAI-compatible server (sweeps/mock_server.py) and must succeed, or the run stops.
+
+Each round also records, in the --json file and the printed tables (issue 41): the machine's
+load average and its busiest other processes at the round's start (a row measured while a
+round began at load >= 0.5 says so in its `note`), and where the flow's seconds went: its
+timeline (Prefect's start, to the first chunk, grading, after the last result, Prefect's end),
+the seconds of each step of the stage's process and of its grading workers
+(scorers.workers.phases), and CPU seconds per kind of process. `--markdown RUN.json...`
+renders the docs tables (docs/benchmarks/scoring-stage.md) from such files.
 
 The log is generated once with mockllm (a scripted mix of right and wrong answers over the
 bundled math problems, which cover integers, fractions, radicals, sets, matrices...) and cached

@@ -27,7 +27,9 @@ back as a whole."""
 
 from __future__ import annotations
 
+import contextvars
 import gc
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -466,16 +468,22 @@ def _score_run_name() -> str:
     )
 
 
-def _label_score_run(warehouse: str, ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
+def _label_score_run(
+    warehouse: str, ingested: Sequence[Any], plan: dict[str, list[str]]
+) -> threading.Thread | None:
     """Name the score flow run for what it scores, `score math_verified · demo-v2 (26
     samples)`, and tag it with the tasks, models and verifiers (once the logs are ingested).
+
+    The name and tags are read here (the warehouse, before any write of the stage); the call to
+    the Prefect server that sets them is made on a thread (returned: join it before the run
+    ends), beside the stage's start rather than before its first chunk.
 
     A model is called what the sweep that generated its log called it (`_model_labels`), so
     the UI's `model:` filter finds its sweep, generation and scoring under one tag; a log from
     elsewhere, by its model."""
     runs = [r for r in ingested if r.run_id in plan]
     if not runs:
-        return
+        return None
     labels = _model_labels(warehouse, [r.run_id for r in runs])
     tasks = [r.task or "?" for r in runs]
     models = [labels.get(r.run_id) or (r.model or "?").rsplit("/", 1)[-1] for r in runs]
@@ -487,14 +495,24 @@ def _label_score_run(warehouse: str, ingested: Sequence[Any], plan: dict[str, li
         else f"score {len(runs)} runs: {what} ({samples})"
     )
     verifiers = sorted({v for names in plan.values() for v in names})
-    label_run(
-        name,
-        [
-            *(tag("task", t) for t in dict.fromkeys(tasks)),
-            *(tag("model", labels.get(r.run_id) or r.model or "?") for r in runs),
-            *(tag("verifier", v) for v in verifiers),
-        ],
-    )
+    tags = [
+        *(tag("task", t) for t in dict.fromkeys(tasks)),
+        *(tag("model", labels.get(r.run_id) or r.model or "?") for r in runs),
+        *(tag("verifier", v) for v in verifiers),
+    ]
+    # the run's context is a contextvar: the thread runs in a copy of it. A daemon: a second
+    # Ctrl-C, which exits at once, is not held up by a slow server
+    labeling = threading.Thread(
+        target=contextvars.copy_context().run, args=(label_run, name, tags),
+        name="label-run", daemon=True,
+    )  # fmt: skip
+    labeling.start()
+    return labeling
+
+
+# how long the end of a score flow run waits for its naming call (a server that does not answer
+# leaves the run with its first name; the stage's results are written either way)
+LABEL_WAIT_S = 10.0
 
 
 def _model_labels(warehouse: str, run_ids: list[str]) -> dict[str, str]:
@@ -552,6 +570,7 @@ def score_flow(
     STAGE.mark("flow body start")
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
+    labeling: threading.Thread | None = None
     # SIGINT/SIGTERM stop the stage in order (inside the flow run: Prefect's engine installs its
     # own SIGTERM handler, which would crash the run and drop what was graded)
     with stop_on_signals():
@@ -566,7 +585,7 @@ def score_flow(
                 with STAGE.timed("ingest (a task run)"):
                     plan, ingested = ingest_task(warehouse, logs, verifiers)
                 with STAGE.timed("name the flow run"):
-                    _label_score_run(warehouse, ingested, plan)
+                    labeling = _label_score_run(warehouse, ingested, plan)
                 summaries = score_runs(
                     warehouse, plan, opts, pool, retry="all" if retry_unscored else None
                 )
@@ -574,6 +593,8 @@ def score_flow(
             finally:
                 with STAGE.timed("close the pool"):
                     pool.close()
+                if labeling is not None:
+                    labeling.join(LABEL_WAIT_S)
         except KeyboardInterrupt as exc:
             signum = stop_signal()
             if signum is None:
