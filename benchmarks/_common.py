@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 # what a row says when this run is too small to judge its bar (a --quick run's fixed costs)
@@ -39,6 +40,9 @@ class Row:
     ratio: float
     bar: str | None
     meets_bar: bool | None
+    # what a reader must know to take the figure at its word, e.g. that the machine was not
+    # quiet while it was measured (benchmarks/_machine.py `load_note`); written only when set
+    note: str | None = None
 
     def __post_init__(self) -> None:
         # a verdict without a bar, or a bar left unjudged without saying where it is judged,
@@ -109,13 +113,25 @@ def best_of(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
     return best, result
 
 
-def emit(title: str, rows: list[Row], json_path: Path | None) -> None:
+def row_json(row: Row) -> dict[str, Any]:
+    """A row as the --json file holds it (`note` only when there is one)."""
+    out = asdict(row)
+    if out["note"] is None:
+        del out["note"]
+    return out
+
+
+def emit(
+    title: str, rows: list[Row], json_path: Path | None, extra: dict[str, Any] | None = None
+) -> None:
+    """Print the rows as a table and write them to `json_path` (with `extra`'s keys beside
+    "rows": what a benchmark records besides its rows, e.g. each round's machine state)."""
     table = Table(title=title)
     for col in ("name", "value", "unit", "anchor", "anchor value", "ratio", "bar", "meets bar"):
         table.add_column(col)
     for r in rows:
         table.add_row(
-            r.name,
+            r.name + (escape(f" [{r.note}]") if r.note else ""),
             f"{r.value:,.3f}",
             r.unit,
             r.anchor,
@@ -127,4 +143,5 @@ def emit(title: str, rows: list[Row], json_path: Path | None) -> None:
     Console(width=200).print(table)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"rows": [asdict(r) for r in rows]}, indent=2))
+        doc = {"rows": [row_json(r) for r in rows], **(extra or {})}
+        json_path.write_text(json.dumps(doc, indent=2))

@@ -70,6 +70,16 @@ def _label(pid: int) -> str:
     return (last[-1] if last else text).split("(")[0][-40:]
 
 
+def _cpu_ticks(pid: int) -> int | None:
+    """utime + stime of a process, in clock ticks (None: gone)."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def _parent(pid: int) -> int | None:
     try:
         stat = (_PROC / str(pid) / "stat").read_bytes()
@@ -94,6 +104,8 @@ class TreeRss:
         self._before: set[int] = set()
         self._hwm_kb: dict[int, int] = {}
         self._labels: dict[int, str] = {}
+        self._cpu: dict[int, int] = {}  # each process's CPU ticks as last read
+        self._cpu_start = 0  # this process's, when the block began
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -107,6 +119,17 @@ class TreeRss:
         for pid, kb in sorted(self._hwm_kb.items(), key=lambda item: -item[1]):
             out.setdefault(self._labels.get(pid, "?"), []).append(round(kb * 1024 / 1e6))
         return out
+
+    def cpu_by_label(self) -> dict[str, float]:
+        """CPU seconds each kind of process used while the block ran (as last read: a process
+        that exited between two polls loses its last tenth of a second), by what it runs."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out: dict[str, float] = {}
+        for pid, ticks in self._cpu.items():
+            used = ticks - (self._cpu_start if pid == self.root else 0)
+            label = self._labels.get(pid, "?")
+            out[label] = out.get(label, 0.0) + used / tick
+        return dict(sorted(out.items(), key=lambda item: -item[1]))
 
     def _descendants(self) -> set[int]:
         pids = {int(p) for p in os.listdir(_PROC) if p.isdigit()}
@@ -138,6 +161,9 @@ class TreeRss:
                 continue
             rss, hwm = got
             total += rss
+            ticks = _cpu_ticks(pid)
+            if ticks is not None:
+                self._cpu[pid] = ticks
             if pss:
                 pss_kb += _pss_kb(pid)
             self._hwm_kb[pid] = max(self._hwm_kb.get(pid, 0), hwm)
@@ -157,6 +183,7 @@ class TreeRss:
             (_PROC / "self" / "clear_refs").write_text("5")  # reset this process's VmHWM
         except OSError:
             pass  # not allowed here: the high-water mark then includes what came before
+        self._cpu_start = _cpu_ticks(self.root) or 0
         self.poll()
         self._thread = threading.Thread(target=self._run, daemon=True, name="tree-rss")
         self._thread.start()

@@ -64,6 +64,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/warehouse.py
 
 from _common import Row, emit, judged, stage_args, use_bench_prefect  # noqa: E402
+from _machine import load_average, load_note, machine_state  # noqa: E402
 
 CACHE = ROOT / ".bench"
 SCORER = "model_graded_qa"
@@ -336,6 +337,7 @@ def main() -> None:
     from flows.runtime.background_server import ensure_server, find_server, stop_server
 
     small, log = build_log(SMALL_N), build_log(n)
+    at_start = machine_state()  # who else is using the cores: the rows say so when not quiet
     running = find_server() is not None
     ensure_server()  # warm: both gradebook runs find it, as a user's second command does
     sides: dict[str, Side] = {}
@@ -396,8 +398,11 @@ def main() -> None:
             "inspect score", a_fail.gen_calls, g_fail.gen_calls / max(a_fail.gen_calls, 1),
             "0", g_fail.gen_calls == 0),
     ]  # fmt: skip
+    note = load_note([at_start])
+    for row in rows:
+        row.note = note
     emit(f"judge-graded scoring, {SCORER} ({n:,} samples, {args.workers} workers)", rows,
-         args.json)  # fmt: skip
+         args.json, {"machine_at_start": at_start, "load_at_end": load_average()})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Throughput of the `score` flow on a big math log, against two anchors measured in the same run.
 
     .venv/bin/python benchmarks/scoring_stage.py [--quick] [--json PATH] [--samples N]
+    .venv/bin/python benchmarks/scoring_stage.py --markdown RUN.json [RUN.json ...]
 
 Rows:
   - score flow (a real Prefect flow run against a local server, on a log already ingested, so
@@ -31,6 +32,14 @@ Rows:
     included), against a bare `inspect eval` of the same one sample in a subprocess; both talk to
     a local OpenAI-compatible server (sweeps/mock_server.py) and must succeed, or the run stops.
 
+Each round also records, in the --json file and the printed tables (issue 41): the machine's
+load average and its busiest other processes at the round's start (a row measured while a
+round began at load >= 0.5 says so in its `note`), and where the flow's seconds went: its
+timeline (Prefect's start, to the first chunk, grading, after the last result, Prefect's end),
+the seconds of each step of the stage's process and of its grading workers
+(scorers.workers.phases), and CPU seconds per kind of process. `--markdown RUN.json...`
+renders the docs tables (docs/benchmarks/scoring-stage.md) from such files.
+
 The log is generated once with mockllm (a scripted mix of right and wrong answers over the
 bundled math problems, which cover integers, fractions, radicals, sets, matrices...) and cached
 in .bench/ (gitignored). Above 20,000 samples (`--samples 200000`: a multiple of 20,000) it is
@@ -59,6 +68,7 @@ sys.path.append(str(ROOT / "benchmarks"))  # after the project: benchmarks/wareh
 sys.path.append(str(ROOT / "tests"))  # warehouse_logs: the repeated-epochs log
 
 from _common import emit, info, judged, stage_args, use_bench_prefect  # noqa: E402
+from _machine import load_average, load_note, machine_state  # noqa: E402
 from _tree_rss import TreeRss  # noqa: E402
 
 CACHE = ROOT / ".bench"
@@ -208,6 +218,21 @@ def anchors(
     return bare_s, correct, inspect_score(insp, insp_read_s, insp_limit)
 
 
+def extraction_s() -> float:
+    """Seconds `extract_answer` takes over the bare loop's completions (once per epoch), in
+    the anchor process: the extraction the workers do inside each grade call, which the bare
+    loops do before their timed loop."""
+    assert _BARE is not None, "anchors() runs first"
+    from scorers.math._extract import DEFAULT_PATTERNS, extract_answer
+
+    samples, epochs = _BARE
+    completions = [s.output.completion for s in samples] * epochs
+    t0 = time.perf_counter()
+    for c in completions:
+        extract_answer(c, DEFAULT_PATTERNS)
+    return time.perf_counter() - t0
+
+
 def bare_again() -> tuple[float, int]:
     """The bare loop once more, in the anchor process, over the samples `anchors` read."""
     assert _BARE is not None, "anchors() runs first"
@@ -279,18 +304,23 @@ def ingested(log: Path, tmp: Path) -> tuple[Path, float]:
 
 def flow_score(
     log: Path, base: Path, workers: int, again: bool
-) -> tuple[float, int, float, TreeRss]:
+) -> tuple[float, int, float, TreeRss, dict[str, Any]]:
     """The score flow over `log` in a fresh copy of the ingested warehouse `base`: (seconds,
-    correct, seconds of a re-run with nothing left to score (`again`; else 0), memory)."""
+    correct, seconds of a re-run with nothing left to score (`again`; else 0), memory, where
+    the flow's seconds went (`flow_phases`))."""
     from flows.score import score_flow
+    from scorers.workers.phases import STAGE
 
     with tempfile.TemporaryDirectory(dir=base.parent) as tmp:
         db = str(Path(tmp) / "bench.duckdb")
         shutil.copy(base, db)
+        STAGE.reset()
         with TreeRss() as rss:  # the flow's process and every worker and zygote it starts
-            t0 = time.perf_counter()
+            t0 = time.monotonic()
             summaries = score_flow([str(log)], db, ["math"], workers, progress=False)
-            total = time.perf_counter() - t0
+            t1 = time.monotonic()
+        total = t1 - t0
+        phases = flow_phases(t0, t1, STAGE.snapshot(), rss)
         correct = sum(s.correct for s in summaries)
         fixed_s = 0.0
         if again:
@@ -300,7 +330,66 @@ def flow_score(
             rerun = score_flow([str(log)], db, ["math"], workers, progress=False)
             fixed_s = time.perf_counter() - t0
             assert sum(s.written for s in rerun) == 0, "a re-run wrote scores again"
-    return total, correct, fixed_s, rss
+    return total, correct, fixed_s, rss, phases
+
+
+# The flow's wall time, cut at the moments the stage marks (scorers.workers.phases): these add
+# up to the flow's seconds.
+TIMELINE = (
+    ("prefect_start", "Prefect's start: the call to the flow's body", None, "flow body start"),
+    ("before_first_chunk", "the flow's body to the first chunk out (workers' start, ingest, "
+     "fingerprint, reading the samples)", "flow body start", "first chunk out"),
+    ("grading", "first chunk out to the last result in", "first chunk out", "last result in"),
+    ("after_last_result", "the last result in to the end of the flow's body (the last write, "
+     "closing the pool)", "last result in", "flow body end"),
+    ("prefect_end", "Prefect's end: the flow's body to the call's return", "flow body end", None),
+)  # fmt: skip
+
+
+def flow_phases(t0: float, t1: float, snap: dict[str, Any], rss: TreeRss) -> dict[str, Any]:
+    """Where one flow run's seconds went: `timeline` (TIMELINE: sums to the run's seconds),
+    `steps` (seconds per step of the stage's process and, under `worker: `, of the grading
+    workers summed: steps run side by side, so these overlap), and `cpu` (CPU seconds of each
+    kind of process in the tree while it ran, from /proc)."""
+    marks = dict(snap["marks"])
+    marks.setdefault("last result in", marks.get("first chunk out", t0))
+    timeline = {}
+    for key, _, start, end in TIMELINE:
+        a = t0 if start is None else marks.get(start)
+        b = t1 if end is None else marks.get(end)
+        if a is not None and b is not None:
+            timeline[key] = round(b - a, 4)
+    steps = {k: round(v, 4) for k, v in sorted(snap["seconds"].items())}
+    return {
+        "seconds": round(t1 - t0, 4),
+        "timeline": timeline,
+        "steps": steps,
+        "counts": {k: int(v) for k, v in sorted(snap["counts"].items())},
+        "cpu": {k: round(v, 3) for k, v in rss.cpu_by_label().items()},
+    }
+
+
+def print_phases(rounds: list[dict[str, Any]]) -> None:
+    """Each round's flow phases, as a table: one column per round."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="where the score flow's seconds went, per round (s)")
+    table.add_column("phase")
+    for i, r in enumerate(rounds, 1):
+        table.add_column(
+            f"round {i} (load {r['machine']['load'][0] if r['machine']['load'] else '?'})"
+        )
+    keys = [("timeline", k, text) for k, text, _, _ in TIMELINE]
+    steps = sorted({k for r in rounds for k in r["flow_phases"]["steps"]})
+    keys += [("steps", k, k) for k in steps]
+    cpus = sorted({k for r in rounds for k in r["flow_phases"]["cpu"]})
+    keys += [("cpu", k, f"CPU s: {k}") for k in cpus]
+    table.add_row("the flow, in all", *(f"{r['flow_s']:.2f}" for r in rounds))
+    for group, key, text in keys:
+        cells = [r["flow_phases"][group].get(key) for r in rounds]
+        table.add_row(text, *("–" if c is None else f"{c:.3f}" for c in cells))
+    Console(width=200).print(table)
 
 
 def _right_answers(model: str, messages: list[dict]) -> str:
@@ -381,6 +470,11 @@ def cpu_scaling(workers: int, seconds: float) -> float:
 
 
 def main() -> None:
+    if "--markdown" in sys.argv[1:]:
+        from _stage_markdown import main as markdown
+
+        markdown(sys.argv[1:])
+        return
     args, n = stage_args(__doc__.splitlines()[0], "1,000 samples; under a minute", quick_n=1_000)
     if n > GENERATED_MAX and n % GENERATED_MAX:
         print(
@@ -393,6 +487,7 @@ def main() -> None:
     from flows.runtime.session import prefect_session
 
     log = build_log(n)
+    at_start = machine_state()
     scaling = cpu_scaling(args.workers, seconds=1.5 if args.quick else 5.0)
     # Above GENERATED_MAX the bare loop grades that log's pairs once per epoch (the flow reads
     # the big log itself, and must find the same number correct). inspect_ai.score() is far
@@ -414,6 +509,7 @@ def main() -> None:
     bare_runs: list[float] = []
     flow_runs: list[float] = []
     split_runs: list[float] = []
+    rounds: list[dict[str, Any]] = []  # each round's machine state at its start, and phases
     bare_log = build_log(GENERATED_MAX) if epochs > 1 else log
     split = split_pool(bare_log, epochs, args.workers)
     with split, anchor_process() as anchor, tempfile.TemporaryDirectory() as tmp_dir:
@@ -421,16 +517,23 @@ def main() -> None:
             anchors, bare_log, epochs, build_log(min(n, GENERATED_MAX)), insp_n,
         ).result()  # fmt: skip
         bare_runs.append(bare_s)
+        extract_s = anchor.submit(extraction_s).result()
         base, ingest_s = ingested(log, Path(tmp_dir))
         peak, fixed_s = None, 0.0
         with prefect_session():  # a local server, set up exactly as the CLI's commands do
             for i in range(repeats):
+                machine = machine_state()  # before the round: who else is using the cores
                 if i:
                     bare_runs.append(anchor.submit(bare_again).result()[0])
                 split_s, split_correct = split_loop(split, args.workers)
                 split_runs.append(split_s)
-                flow_s, flow_correct, fixed, rss = flow_score(log, base, args.workers, i == 0)
+                flow_s, flow_correct, fixed, rss, phases = flow_score(
+                    log, base, args.workers, i == 0
+                )
                 flow_runs.append(flow_s)
+                rounds.append({"machine": machine, "bare_s": bare_runs[-1], "split_s": split_s,
+                               "flow_s": flow_s, "flow_vs_split": split_s / flow_s,
+                               "flow_phases": phases})  # fmt: skip
                 fixed_s = fixed_s or fixed
                 peak = rss if peak is None or rss.peak_bytes > peak.peak_bytes else peak
                 if not flow_correct == split_correct == bare_correct:
@@ -451,6 +554,11 @@ def main() -> None:
     print("peak RSS row, each process's own peak (MB): " + "; ".join(
         f"{label} {'+'.join(map(str, mbs))}" for label, mbs in rss.peaks_by_label().items()
     ))  # fmt: skip
+    for i, r in enumerate(rounds, 1):
+        busy = "; ".join(f"{p['cpu_pct']:.0f}% {p['command'][:50]}" for p in r["machine"]["busy"])
+        print(f"round {i}: load {r['machine']['load']} at its start; other busy processes: "
+              f"{busy or 'none'}")  # fmt: skip
+    print_phases(rounds)
     full = not args.quick  # a --quick log is mostly fixed cost: the bars are the full run's
     rows = [
         judged(f"score flow vs the bare loop split over {args.workers} processes at once "
@@ -480,18 +588,56 @@ def main() -> None:
              "bare loop, 1 process", n / bare_s, bare_s / ingest_s),
         info("score flow re-run, nothing to score (fixed cost; its share of the first run)",
              fixed_s, "s", "score flow, first run", flow_s, fixed_s / flow_s),
+        info("extraction alone: extract_answer over the same completions in one process (the "
+             "workers do it inside each grade call; the bare loops before their timed loop)",
+             extract_s, "s", "bare loop, 1 process", bare_s, extract_s / bare_s),
     ]  # fmt: skip
+    # rows measured over the rounds say so when a round began on a busy machine; the others
+    # (CPU scaling, the anchors, ingest) ran at the start
+    over_rounds = load_note([r["machine"] for r in rounds])
+    at_first = load_note([at_start])
+    for row in rows:
+        row.note = (
+            over_rounds if row.name.startswith(("score flow", "the split", "peak")) else at_first
+        )
     if not args.quick:
+        before_sweep = load_note([machine_state(0.5)])
         with tempfile.TemporaryDirectory() as tmp:
             sweep_s, eval_s = sweep_overhead(Path(tmp))
         rows.append(
             info("gradebook sweep, 1 sample (Prefect start-up included: fixed cost of a sweep)",
                  sweep_s, "s", "inspect eval, 1 sample", eval_s, sweep_s / eval_s)
         )  # fmt: skip
+        rows[-1].note = before_sweep
     from flows.runtime.background_server import stop_server
 
     stop_server()  # the shared local server this script's commands started in its home
-    emit(f"scoring stage ({n:,} samples, {args.workers} workers)", rows, args.json)
+    extra = {
+        "run": {"samples": n, "workers": args.workers, "repeats": repeats, "quick": args.quick,
+                "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                "extraction_s": extract_s, "peak_rss_mb": rss.peak_bytes / 1e6,
+                "inspect_ratio": insp_s / flow_s},
+        "machine_at_start": at_start,
+        "load_at_end": load_average(),
+        "rounds": rounds,
+    }  # fmt: skip
+    emit(f"scoring stage ({n:,} samples, {args.workers} workers)", rows, args.json, extra)
+
+
+def _commit() -> str:
+    """The checkout's commit, with "+changes" when its tracked files differ from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + ("+changes" if dirty else "")  # fmt: skip
 
 
 if __name__ == "__main__":

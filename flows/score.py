@@ -27,7 +27,9 @@ back as a whole."""
 
 from __future__ import annotations
 
+import contextvars
 import gc
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ from flows.score_writes import (
     BatchWriter,
 )
 from scorers.registry import Verifier, get_verifier
+from scorers.workers.phases import STAGE
 from scorers.workers.pool import DEFAULT_CHUNK, GradingPool, grade_chunk
 from scorers.workers.prewarm import warm_preload
 from scorers.workers.stage import (
@@ -219,21 +222,24 @@ def _score_runs(
                         raise _stop(wh, summaries, None, order[position:], retries)
                     # the files as they are now: what rows are written under, and what every
                     # grading process must have run for its rows to be written
-                    fp = fingerprint(verifier)
+                    with STAGE.timed("fingerprint the verifier"):
+                        fp = fingerprint(verifier)
                     for run_id in run_ids:
                         summary = summaries.setdefault((run_id, name), RunScore(run_id, name, ""))
                         summary.fingerprint, summary.stale = fp.digest, 0
-                    samples = Samples(
-                        wh.samples_to_score(
-                            name,
-                            fp.digest,
-                            run_ids=run_ids,
-                            retry=retry,
-                            max_attempt=max_attempt,
-                            skip_reasons=skip_reasons,
-                            state=verifier.reads_state,
+                    with STAGE.timed("read the samples to grade"):
+                        samples = Samples(
+                            wh.samples_to_score(
+                                name,
+                                fp.digest,
+                                run_ids=run_ids,
+                                retry=retry,
+                                max_attempt=max_attempt,
+                                skip_reasons=skip_reasons,
+                                state=verifier.reads_state,
+                            )
                         )
-                    )
+                    STAGE.mark("samples read")
                     label = f"score {name}" + (" (+ retries)" if retry else "")
                     if code_pass:
                         label += " (its code changed while grading: again)"
@@ -256,8 +262,10 @@ def _score_runs(
                             raise
                         raise _stop(wh, summaries, writer, order[position + 1 :], retries) from None
                     finally:
-                        writer.settle()
-                    writer.flush()
+                        with STAGE.timed("wait for the write in flight (grading done)"):
+                            writer.settle()
+                    with STAGE.timed("the last write (grading done)"):
+                        writer.flush()
                     if not stale:
                         break
                     # its processes hold other code than the files: fresh ones import them
@@ -460,16 +468,22 @@ def _score_run_name() -> str:
     )
 
 
-def _label_score_run(warehouse: str, ingested: Sequence[Any], plan: dict[str, list[str]]) -> None:
+def _label_score_run(
+    warehouse: str, ingested: Sequence[Any], plan: dict[str, list[str]]
+) -> threading.Thread | None:
     """Name the score flow run for what it scores, `score math_verified · demo-v2 (26
     samples)`, and tag it with the tasks, models and verifiers (once the logs are ingested).
+
+    The name and tags are read here (the warehouse, before any write of the stage); the call to
+    the Prefect server that sets them is made on a thread (returned: join it before the run
+    ends), beside the stage's start rather than before its first chunk.
 
     A model is called what the sweep that generated its log called it (`_model_labels`), so
     the UI's `model:` filter finds its sweep, generation and scoring under one tag; a log from
     elsewhere, by its model."""
     runs = [r for r in ingested if r.run_id in plan]
     if not runs:
-        return
+        return None
     labels = _model_labels(warehouse, [r.run_id for r in runs])
     tasks = [r.task or "?" for r in runs]
     models = [labels.get(r.run_id) or (r.model or "?").rsplit("/", 1)[-1] for r in runs]
@@ -481,14 +495,24 @@ def _label_score_run(warehouse: str, ingested: Sequence[Any], plan: dict[str, li
         else f"score {len(runs)} runs: {what} ({samples})"
     )
     verifiers = sorted({v for names in plan.values() for v in names})
-    label_run(
-        name,
-        [
-            *(tag("task", t) for t in dict.fromkeys(tasks)),
-            *(tag("model", labels.get(r.run_id) or r.model or "?") for r in runs),
-            *(tag("verifier", v) for v in verifiers),
-        ],
-    )
+    tags = [
+        *(tag("task", t) for t in dict.fromkeys(tasks)),
+        *(tag("model", labels.get(r.run_id) or r.model or "?") for r in runs),
+        *(tag("verifier", v) for v in verifiers),
+    ]
+    # the run's context is a contextvar: the thread runs in a copy of it. A daemon: a second
+    # Ctrl-C, which exits at once, is not held up by a slow server
+    labeling = threading.Thread(
+        target=contextvars.copy_context().run, args=(label_run, name, tags),
+        name="label-run", daemon=True,
+    )  # fmt: skip
+    labeling.start()
+    return labeling
+
+
+# how long the end of a score flow run waits for its naming call (a server that does not answer
+# leaves the run with its first name; the stage's results are written either way)
+LABEL_WAIT_S = 10.0
 
 
 def _model_labels(warehouse: str, run_ids: list[str]) -> dict[str, str]:
@@ -543,8 +567,10 @@ def score_flow(
         Cancelled, with the summaries (`.stopped`, `.left`) as its data. `run_score` returns
         the summaries in both cases.
     """
+    STAGE.mark("flow body start")
     opts = ScoreOptions(workers=workers, chunk_size=chunk_size, progress=progress)
     pool = scoring_pool(opts)
+    labeling: threading.Thread | None = None
     # SIGINT/SIGTERM stop the stage in order (inside the flow run: Prefect's engine installs its
     # own SIGTERM handler, which would crash the run and drop what was graded)
     with stop_on_signals():
@@ -552,16 +578,23 @@ def score_flow(
             try:
                 # big logs, and judges: start the workers first, so that their start-up
                 # overlaps the ingest
-                early = verifiers_for(logs, verifiers)
-                if starts_early(logs, warm_preload(early), opts.chunk_size):
-                    start_for(pool, early)
-                plan, ingested = ingest_task(warehouse, logs, verifiers)
-                _label_score_run(warehouse, ingested, plan)
+                with STAGE.timed("start the workers"):
+                    early = verifiers_for(logs, verifiers)
+                    if starts_early(logs, warm_preload(early), opts.chunk_size):
+                        start_for(pool, early)
+                with STAGE.timed("ingest (a task run)"):
+                    plan, ingested = ingest_task(warehouse, logs, verifiers)
+                with STAGE.timed("name the flow run"):
+                    labeling = _label_score_run(warehouse, ingested, plan)
                 summaries = score_runs(
                     warehouse, plan, opts, pool, retry="all" if retry_unscored else None
                 )
+                STAGE.mark("stage done")
             finally:
-                pool.close()
+                with STAGE.timed("close the pool"):
+                    pool.close()
+                if labeling is not None:
+                    labeling.join(LABEL_WAIT_S)
         except KeyboardInterrupt as exc:
             signum = stop_signal()
             if signum is None:
@@ -578,6 +611,7 @@ def score_flow(
         from warehouse.scored_logs import write_scored_logs
 
         write_scored_logs(warehouse, logs, scored_log_dir, problems)
+    STAGE.mark("flow body end")
     if problems:
         # the command exits 2 on these: its run says so too, not Completed
         unreadable = UnreadableLogs(ScoreSummaries(summaries, problems))

@@ -13,6 +13,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE as NO_CACHE
 
+from scorers.workers.phases import STAGE
 from scorers.workers.pool import ResultRow
 from warehouse.connection import WarehouseLocked
 from warehouse.score_batches import RunScore, Samples, scores_table
@@ -84,8 +85,10 @@ def write_batch(
     """
     from warehouse import Warehouse
 
-    table = scores_table(keys.value, results.value, scorer, digest)
-    return Warehouse(warehouse_path, lock_timeout_s=lock_timeout_s).write_scores(table)
+    with STAGE.timed("write: build the score rows"):
+        table = scores_table(keys.value, results.value, scorer, digest)
+    with STAGE.timed("write: the transaction"):
+        return Warehouse(warehouse_path, lock_timeout_s=lock_timeout_s).write_scores(table)
 
 
 # While the workers grade, a write that finds the file locked (a reader elsewhere) waits only
@@ -222,7 +225,8 @@ class BatchWriter:
 
     def _registered(self, wait_s: float) -> None:
         if self.register is not None:
-            self.register(wait_s)
+            with STAGE.timed("record the fingerprint"):
+                self.register(wait_s)
             self.register = None
 
     def _attempt(self, write: Callable[[float], object], *, final: bool) -> bool:
@@ -248,6 +252,11 @@ class BatchWriter:
             indices, results, self.indices, self.results = self.indices, self.results, [], []
         if not indices:
             return
+        with STAGE.timed("last write" if final else "write (on the writer thread)"):
+            self._write_rows(indices, results, final=final)
+
+    def _write_rows(self, indices: list[int], results: list[ResultRow], *, final: bool) -> None:
+        """Write these rows (a task run, one transaction); locked: they stay in hand."""
         keys = self.samples.keys(indices)
         written: list[int] = []
         start = time.monotonic()

@@ -294,7 +294,9 @@ def test_a_warm_process_booted_from_the_command_line_serves_the_resolved_stage(
     spec = _spec("http://127.0.0.1:9/v1")
     early = early_preload([json.dumps(spec), "scorers.math"])
     judge = ("scorers.workers.prewarm", "warm_judges", (json.dumps(spec["roles"], sort_keys=True),))
-    assert early == ["inspect_ai.scorer", "scorers.inspect_scorers.judges", judge]
+    # Inspect's start-up hooks with only the entry points model_graded_qa needs, then the judge
+    hooks = ("scorers.workers.prewarm", "start_inspect", ('["model_graded_qa"]',))
+    assert early == ["inspect_ai.scorer", "scorers.inspect_scorers.judges", hooks, judge]
     assert early_preload(["scorers.math", "my_verifiers"]) == []  # no Inspect scorer: no boot
     assert covers(early, ["inspect_ai.scorer._model", *early])
     other = ("scorers.workers.prewarm", "warm_judges", ('{"grader": {"model": "other"}}',))

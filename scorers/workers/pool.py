@@ -47,6 +47,7 @@ from typing import Any
 from scorers.grade import Grade, SampleView
 from scorers.identity import loaded_code
 from scorers.workers.async_grading import ASYNC_DEPTH, is_async
+from scorers.workers.phases import STAGE
 from scorers.workers.stop import stop_fd, stop_signal
 from scorers.workers.worker import (
     ResultRow,
@@ -383,7 +384,8 @@ class GradingPool:
             raise KeyboardInterrupt
         module = getattr(grade, "__module__", None)
         self.start([module] if module else [])
-        self._await_workers()
+        with STAGE.timed("await the workers' start"):
+            self._await_workers()
         jobs = _Jobs(chunks, may_defer, done)
         job_verifier = verifier if expect is not None else None
         # an async grade's worker grades its chunks side by side: it needs more in hand
@@ -397,18 +399,22 @@ class GradingPool:
             while busy := {w.conn: w for w in self._procs if w.jobs}:
                 if until is None and stop_signal() is not None:
                     until = time.monotonic() + STOP_GRACE_S
+                waited = time.monotonic()
                 if until is None:
                     ready = wait([*busy, stopping])
                 else:
                     ready = wait(list(busy), timeout=max(0.0, until - time.monotonic()))
                     if not ready:
                         break  # the grace is over: the chunks still out are dropped
+                STAGE.add("wait for results", time.monotonic() - waited)
                 for conn in ready:
                     w = busy.get(conn)  # type: ignore[call-overload]
                     if w is None:  # the stop's descriptor
                         continue
+                    received = time.monotonic()
                     try:
                         msg = w.conn.recv()
+                        STAGE.add("receive results", time.monotonic() - received)
                     except (EOFError, OSError) as exc:
                         lost, w.jobs = w.jobs, []
                         if stop_signal() is not None:
@@ -422,6 +428,9 @@ class GradingPool:
                     else:
                         job = msg[0]
                         w.jobs.remove(job)
+                        if len(msg) > 4:  # the worker's own seconds (scorers.workers.phases)
+                            STAGE.add_all(msg[4], prefix="worker: ")
+                        STAGE.mark_last("last result in")
                         if msg[1] == "ok" and expect is not None and msg[3] != expect:
                             jobs.discard(job)
                             # it holds other code than the files: a fresh worker imports
@@ -430,7 +439,8 @@ class GradingPool:
                             w.jobs = []
                             w = self._replace(w, warm=False)
                         elif msg[1] == "ok":
-                            jobs.finish(job, msg[2])
+                            with STAGE.timed("hand results to the caller"):
+                                jobs.finish(job, msg[2])
                         else:
                             why = f"scoring worker failed: {msg[2]}"
                             meta = json.dumps({"traceback": msg[3]})
@@ -455,16 +465,24 @@ class GradingPool:
         depth: int,
     ) -> None:
         grade, verifier = grader
+        clock = time.monotonic
         while jobs.todo and len(w.jobs) < depth:
             job = jobs.todo.pop()
+            t0 = clock()
             rows, may_defer = jobs.rows(job), jobs.may_defer(job)
+            t1 = clock()
+            STAGE.add("build a chunk's rows", t1 - t0)
             try:
                 payload = pickle.dumps((grade, rows, timeout_s, may_defer, verifier), protocol=5)
             except Exception as exc:  # a verifier that cannot be pickled cannot go to a worker
                 jobs.finish(job, failed_rows(len(rows), f"scoring worker failed: {exc}", exc))
                 continue
+            t2 = clock()
+            STAGE.add("pickle a chunk", t2 - t1)
             try:
                 w.conn.send((job, payload))
+                STAGE.add("send a chunk", clock() - t2)
+                STAGE.mark("first chunk out")
             except OSError:
                 jobs.todo.append(job)
                 if w.jobs:  # it died mid-job: that surfaces, and is handled, on its next read

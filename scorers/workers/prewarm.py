@@ -15,6 +15,7 @@ from scorers.workers.pool import PreloadEntry
 
 __all__ = [
     "early_preload",
+    "start_inspect",
     "warm_judges",
     "warm_preload",
     "worker_modules",
@@ -32,8 +33,29 @@ def warm_preload(verifiers: Sequence[Verifier]) -> list[PreloadEntry]:
     preload += [m for v in verifiers for m in v.code]
     roles = {json.dumps(v.spec.get("roles"), sort_keys=True) for v in verifiers
              if v.spec and v.spec.get("roles")}  # fmt: skip
+    if roles:
+        preload += _start_inspect([v.spec for v in verifiers if v.spec is not None])
     preload += [("scorers.workers.prewarm", "warm_judges", (r,)) for r in sorted(roles)]
     return preload
+
+
+def _start_inspect(specs: Sequence[dict]) -> list[PreloadEntry]:
+    """The warm-up that runs Inspect's start-up hooks with only the entry points these Inspect
+    scorer specs need (`start_inspect`), before the judges are built; none (the judges' own
+    warm-up loads them all, as Inspect does) when a spec is a file's scorer, whose imports
+    nobody knows before it runs."""
+    names = []
+    for spec in specs:
+        scorer = spec.get("scorer")
+        if (
+            not isinstance(scorer, str)
+            or spec.get("file")
+            or "@" in scorer
+            or scorer.endswith(".py")
+        ):
+            return []
+        names.append(scorer)
+    return [("scorers.workers.prewarm", "start_inspect", (json.dumps(sorted(set(names))),))]
 
 
 def early_preload(entries: Iterable[str] | None) -> list[PreloadEntry]:
@@ -46,9 +68,11 @@ def early_preload(entries: Iterable[str] | None) -> list[PreloadEntry]:
 
     inspect_scorer = False
     roles: set[str] = set()
+    specs: list[dict] = []
     for entry in entries or ():
         if is_file_spec(entry):
             inspect_scorer = True
+            specs.append({"file": entry})
             continue
         if not entry.startswith("{"):
             continue
@@ -58,14 +82,25 @@ def early_preload(entries: Iterable[str] | None) -> list[PreloadEntry]:
             continue  # loading it says why
         if isinstance(spec, dict):
             inspect_scorer = True
+            specs.append(spec)
             if spec.get("roles"):
                 roles.add(json.dumps(spec["roles"], sort_keys=True))
     if not inspect_scorer:
         return []
     preload: list[PreloadEntry] = ["inspect_ai.scorer"]
     preload += ["scorers.inspect_scorers.judges"] if roles else []
+    preload += _start_inspect(specs) if roles else []
     preload += [("scorers.workers.prewarm", "warm_judges", (r,)) for r in sorted(roles)]
     return preload
+
+
+def start_inspect(scorers: str) -> None:
+    """Inspect's start-up hooks with only the installed entry points the stage's scorers (JSON
+    list of registry names) need (scorers.inspect_scorers.startup): the judges' warm-up then
+    finds them run."""
+    from scorers.inspect_scorers.startup import init_hooks_for
+
+    init_hooks_for(json.loads(scorers))
 
 
 def warm_judges(roles: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from scorers.grade import Grade, SampleView, unscored
 from scorers.workers.async_grading import Job, grade_now, is_async, serve
+from scorers.workers.phases import WorkerTimes
 
 __all__ = ["ResultRow", "SampleRow", "failed_rows", "grade_chunk", "short_traceback"]
 
@@ -51,11 +52,13 @@ def grade_chunk(
     rows: Sequence[SampleRow],
     timeout_s: float,
     may_defer: bool = False,
+    times: WorkerTimes | None = None,
 ) -> list[ResultRow]:
     """Grade rows in this process (main thread: the per-sample limit uses SIGALRM).
 
     Returns one result tuple per row, in order; the caller adds the key columns back. With
     `may_defer`, a row the verifier defers (status "deferred") must be graded again later.
+    `times`: add each sample's seconds there, under how it was decided (`WorkerTimes`).
 
     An async grade (an Inspect scorer: scorers.workers.async_grading) grades the chunk's samples
     concurrently within one event loop.
@@ -89,6 +92,9 @@ def grade_chunk(
                 (status, value, g.answer, g.explanation, g.reason, _metadata_json(g.metadata),
                  clock() - t0)
             )  # fmt: skip
+            if times is not None:
+                path = g.metadata.get("path") if g.metadata else None
+                times.add(path if isinstance(path, str) else "other", out[-1][6])
     return out
 
 
@@ -231,16 +237,27 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
             threading.Thread(target=_quietly, args=(warm_up,), daemon=True).start()
     busy.clear()
 
+    # this worker's own seconds, sent back with each chunk's results (scorers.workers.phases)
+    times = WorkerTimes()
+    clock = time.monotonic
+
     def next_job() -> Job | None:
         """The next job, decoded (one that cannot be is answered with why, here)."""
-        while (item := jobs.get()) is not None:
+        while True:
+            t0 = clock()
+            item = jobs.get()
+            t1 = clock()
+            times.add("wait for a chunk", t1 - t0)
+            if item is None:
+                return None
             job, payload = item
             try:
-                return job, pickle.loads(payload)
+                decoded = pickle.loads(payload)
+                times.add("decode the chunk", clock() - t1)
+                return job, decoded
             except Exception as exc:  # e.g. the verifier cannot be unpickled here
                 if not send((job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))):
                     return None
-        return None
 
     def send(reply: tuple) -> bool:
         try:
@@ -252,14 +269,22 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
     def sync_job(item: Job) -> bool:
         job, (grade, rows, timeout_s, may_defer, verifier) = item
         busy.set()
+        t0 = clock()
         try:
-            results = grade_chunk(grade, rows, timeout_s, may_defer)
+            results = grade_chunk(grade, rows, timeout_s, may_defer, times)
+            t1 = clock()
+            times.add("grade calls, in all", t1 - t0)
             # after grading: a module the verifier imported while grading counts too
-            reply: tuple = (job, "ok", results, _digest_as_loaded(verifier))
+            digest = _digest_as_loaded(verifier)
+            times.add("check the code it ran", clock() - t1)
+            reply: tuple = (job, "ok", results, digest, times.take(graded_by="grade "))
         except Exception as exc:
             reply = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
         busy.clear()
-        return send(reply)
+        t0 = clock()
+        sent = send(reply)
+        times.add("send the results", clock() - t0)
+        return sent
 
     while (item := next_job()) is not None:
         if is_async(item[1][0]):
