@@ -151,3 +151,28 @@ def test_the_fingerprint_covers_how_a_sample_is_graded_not_how_samples_are_sched
     assert "# ---- module scorers.inspect_scorers.grading" in modules
     assert "# ---- module scorers.inspect_scorers.judges" in modules
     assert not [m for m in modules if m.startswith("# ---- module flows")], modules
+
+
+def test_a_chunk_that_fails_outside_its_samples_is_answered_as_failed_never_awaited_for_ever():
+    """A worker whose async chunk raises past the per-sample code answers the job with the
+    error, as a synchronous job's failure is answered: the stage, which waits for an answer to
+    every job it handed out, would otherwise wait for ever."""
+    from async_fault_kit import BindFails
+
+    rows = [_row(i, f"a{i}", "x") for i in (1, 2)]
+    got: list = []
+    pool = GradingPool(1)
+    stage = threading.Thread(
+        target=lambda: pool.map(BindFails(), [rows, rows], 5.0, lambda j, r: got.append(r)),
+        daemon=True,
+    )
+    try:
+        stage.start()
+        stage.join(120)  # a bound on a hang, not a timing: the answer comes at once
+        assert not stage.is_alive(), "the stage is still waiting for the worker's answer"
+    finally:
+        pool.close()
+    assert len(got) == 2
+    for results in got:
+        assert [r[0] for r in results] == ["unscored", "unscored"]
+        assert "RuntimeError: the scorer's package is broken" in results[0][3], results

@@ -201,15 +201,16 @@ async def serve(
     first: Job,
     next_job: Callable[[], Job | None],
     sync_job: Callable[[Job], bool],
-    reply: Callable[[int, list[ResultRow], Any], bool],
+    reply: Callable[[int, list[ResultRow] | Exception, Any], bool],
     busy: threading.Event,
 ) -> None:
     """A grading worker's loop once an async grade has come: chunks graded side by side in one
     event loop (`asyncio.run(serve(...))`) until the channel closes.
 
     `first`: the job that came. `next_job()` blocks for the next one (None: the channel
-    closed). `reply(job, results, verifier)` sends a job's results (False: the parent is gone,
-    stop). A job of a synchronous grade (a later verifier of the same stage) goes to
+    closed). `reply(job, results, verifier)` sends a job's results, or the exception that
+    ended its chunk, as the job's failure (False: the parent is gone, stop): a job is always
+    answered, or the stage would wait for it for ever. A job of a synchronous grade (a later verifier of the same stage) goes to
     `sync_job` in this thread once the async chunks in hand are done (False: stop). `busy` is
     set while any chunk is in hand.
     """
@@ -219,7 +220,11 @@ async def serve(
     gone = asyncio.Event()  # a reply found the parent gone: nobody wants more results
 
     async def graded(job: int, grade: Any, rows: Any, timeout_s: float, verifier: Any) -> None:
-        if not reply(job, await grading.chunk(grade, rows, timeout_s), verifier):
+        try:
+            results: list[ResultRow] | Exception = await grading.chunk(grade, rows, timeout_s)
+        except Exception as exc:  # noqa: BLE001 - answered as the job's failure, never dropped
+            results = exc
+        if not reply(job, results, verifier):
             gone.set()
 
     def finished(task: asyncio.Task[None]) -> None:

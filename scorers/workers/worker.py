@@ -290,8 +290,16 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
         if is_async(item[1][0]):
             # from now on, chunks are graded side by side in one event loop
 
-            def reply(job: int, results: list[ResultRow], verifier: Any) -> bool:
-                return send((job, "ok", results, _digest_as_loaded(verifier)))
+            def reply(job: int, results: list[ResultRow] | Exception, verifier: Any) -> bool:
+                # as a synchronous job's: whatever failed is the job's answer, never a reply
+                # left unsent (the stage would wait for it for ever)
+                try:
+                    if isinstance(results, Exception):
+                        raise results
+                    answer: tuple = (job, "ok", results, _digest_as_loaded(verifier))
+                except Exception as exc:
+                    answer = (job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))
+                return send(answer)
 
             asyncio.run(serve(item, next_job, sync_job, reply, busy))
             return
