@@ -3,7 +3,7 @@ of `benchmarks/scoring_stage.py` runs:
 
     .venv/bin/python benchmarks/scoring_stage.py --markdown RUN1.json [RUN2.json ...]
 
-prints two Markdown tables: one row per round (the load and the busiest other process at its
+prints two Markdown tables: one row per round (the load at its
 start, the split loop, the flow, their ratio, and the flow's timeline), and one row per run (the
 medians, the bar's verdict, `inspect score`, peak RSS), then the stage's steps per run (the
 median over its rounds). Nothing is typed in by hand: paste the output under the run's command.
@@ -59,33 +59,23 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _busiest(machine: dict[str, Any]) -> str:
-    busy = machine.get("busy") or []
-    if not busy:
-        return "none"
-    top = busy[0]
-    command = " ".join(top["command"].split())[:40].replace("|", "/")
-    return f"`{command}` ({top['cpu_pct']:.0f} %)"
-
-
 def rounds_table(docs: list[dict[str, Any]]) -> str:
     head = (
-        "| run | round | load at start | busiest other process | split loop | score flow | "
-        "**flow vs split (bar 0.8×)** | Prefect's start | to the first chunk | grading | "
-        "after the last result | Prefect's end |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| run | round | load | split loop | score flow | "
+        "**flow / split** (bar 0.8×) | Prefect's start | to chunk 1 | grading | "
+        "after last result | Prefect's end |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for k, doc in enumerate(docs, 1):
         for i, r in enumerate(doc["rounds"], 1):
             load = r["machine"].get("load") or [float("nan")]
-            quiet = "" if load[0] < QUIET_LOAD else " (not quiet)"
+            quiet = "" if load[0] < QUIET_LOAD else " *"
             t = r["flow_phases"]["timeline"]
             cells = [
                 f"{k} ({doc['run']['commit']})",
                 str(i),
                 f"{load[0]:.2f}{quiet}",
-                _busiest(r["machine"]),
                 f"{r['split_s']:.1f} s",
                 f"{r['flow_s']:.1f} s",
                 f"**{r['flow_vs_split']:.2f}×**",
