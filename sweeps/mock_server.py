@@ -297,6 +297,13 @@ def watchdog(
                 signal.pthread_kill(main, signal.SIGINT)  # wakes the main thread's wait too
             return
 
+    # A process started in the background by a shell (`cmd &`, nohup) inherits SIGINT
+    # ignored, and Python then installs no handler: the interrupt would be lost and the wait
+    # would run on. A handler the program installed itself (a stop handler) stays in charge.
+    inherited = signal.getsignal(signal.SIGINT)
+    ignored = inherited in (signal.SIG_IGN, signal.SIG_DFL, None)
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     thread = threading.Thread(target=watch, name="scripted-llm-watchdog", daemon=True)
     thread.start()
     try:
@@ -305,6 +312,8 @@ def watchdog(
         finally:
             with lock:  # from here on the watchdog interrupts nothing
                 done.set()
+            if ignored:
+                signal.signal(signal.SIGINT, inherited or signal.SIG_DFL)
     except BaseException:
         if not line:
             raise

@@ -114,6 +114,40 @@ def test_a_wait_on_a_server_that_answers_nothing_ends_with_a_line_saying_what_wa
     )
 
 
+_IGNORING_CTRL_C = """
+import signal, threading
+from sweeps.mock_server import Stalled, scripted_server, watchdog
+assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+with scripted_server(lambda model, messages: "x", models=["m"]) as server:
+    try:
+        with watchdog(server, waiting="a wait on nothing", quiet_s=1):
+            threading.Event().wait(120)
+    except Stalled as stalled:
+        print(stalled)
+print("handler after:", signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+def test_a_wait_in_a_process_started_with_ctrl_c_ignored_still_ends_at_its_bound() -> None:
+    """A process a shell started in the background (`cmd &`, nohup) inherits SIGINT ignored;
+    the watchdog's interrupt was then lost and a stalled wait ran on to pytest's 600 s limit,
+    whose exception the watchdog then reported as the stall."""
+    import signal
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _IGNORING_CTRL_C],
+        cwd=ROOT, capture_output=True, text=True, timeout=100,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("a wait on nothing: stopped: http://127.0.0.1:")
+    assert lines[0].endswith("answered nothing for 1 s (0 requests answered, 0 being answered, "
+                             "0 connections open)")  # fmt: skip
+    assert lines[1] == "handler after: True"  # the process's own choice, given back
+
+
 def test_a_watched_eval_that_gets_its_answers_runs_to_the_end(tmp_path: Path) -> None:
     with scripted_server(_echo, models=["m"]) as server:
         model = get_model("openai-api/gen/m", base_url=server.base_url, api_key="t", memoize=False)
