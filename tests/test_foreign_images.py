@@ -67,6 +67,17 @@ SCORER = textwrap.dedent(
                          explanation=(ran.stdout + ran.stderr).strip()[-200:])
 
         return score
+
+
+    @scorer(metrics=[accuracy()])
+    def two_services():
+        async def score(state: TaskState, target: Target) -> Score:
+            await sandbox().write_file("answer.txt", state.output.completion)
+            ran = await sandbox().exec(["checker", "answer.txt", str(state.sample_id)])
+            helper = await sandbox("helper").exec(["sh", "-c", "command -v checker || echo none"])
+            return Score(value=CORRECT if ran.success else INCORRECT, answer=helper.stdout.strip())
+
+        return score
     '''
 )
 
@@ -267,3 +278,44 @@ def test_a_task_dir_that_is_not_there_is_one_line_and_exit_2(tmp_path):
             f"error: --task-dir {missing}: no such directory; give the directory of the task "
             "file, where the compose file or Dockerfile its logs name is"
         ], ran.stderr
+
+
+def test_each_compose_service_is_a_named_sandbox_in_its_own_image(
+    foreign, client, prefect_api, tmp_path
+):
+    from inspect_ai import eval as inspect_eval
+
+    from scorers.sandbox.image import image_tag
+    from scorers.sandbox.recipe import read_recipe
+
+    task_dir = kit.recipe_dir(tmp_path / "task", services=kit.TWO_SERVICES.format(base=image_tag()))
+    (task_dir / "foreign_task.py").write_text(TASK_FILE)
+    digest = read_recipe(task_dir / "compose.yaml").digest
+    try:
+        with contextlib.chdir(tmp_path):
+            (log,) = inspect_eval(
+                "task/foreign_task.py", model=get_model("mockllm/model", custom_outputs=answers),
+                sandbox="gradebook", score=False, log_dir=str(tmp_path / "logs"), display="none",
+            )  # fmt: skip
+        assert log.status == "success", log.error
+        log = read_eval_log(log.location)
+        # its path made absolute: this process's grading workers run from elsewhere
+        log.eval = log.eval.model_copy(update={"task_file": str(task_dir / "foreign_task.py")})
+        write_eval_log(log, str(tmp_path / "log.eval"))
+        db = tmp_path / "gb.duckdb"
+        verifier = foreign.verifier.replace("@completion_check", "@two_services")
+        score(tmp_path / "log.eval", db, verifier)
+        # the default service's image has the checker; the helper runs the image it names
+        assert q(db, "SELECT sample_id, value, answer FROM latest_scores ORDER BY 1") == [
+            ("1", 1.0, "none"), ("2", 0.0, "none"), ("3", 1.0, "none")
+        ]  # fmt: skip
+        (built,) = images_of(client, digest)
+        boxes = [
+            json.loads(m)["sandbox"]["restored"]
+            for (m,) in q(db, "SELECT metadata FROM latest_scores")
+        ]
+        assert {(b["default"]["image_id"], b["helper"]["image_id"]) for b in boxes} == {
+            (built, client.images.get(image_tag()).id)
+        }
+    finally:
+        remove_images(client, digest)
