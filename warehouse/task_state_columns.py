@@ -14,6 +14,10 @@ the way that solver parses it, which needs the run's solver plan and its options
 - `samples.sample_id_is_int`: the sample id was an integer in the log (`sample_id` is text;
   a scorer sees the id as Inspect gave it).
 - `runs.plan`: the log's solver plan (steps with their params).
+- `run_sandbox` in the state (no column: read from `runs.eval_spec`): the run's sandbox as
+  the log names it (`eval.sandbox`: type and config file) and its task file, for a sample whose
+  log has no workspace record (a log from elsewhere: workspaces.foreign_image); NULL when the
+  run named no sandbox.
 - `verifiers.spec`: how to resolve that verifier again (an Inspect scorer's registry name and
   params, or its file; `recorded` for scores a log held). Read to re-resolve built-in and
   installed-package scorers by name; a file it names is only shown, never imported.
@@ -42,5 +46,8 @@ STATE_JSON_SQL = """json_object(
     'input', s.input, 'choices', s.choices, 'messages', s.messages_json, 'output', s.output,
     'store', s.store, 'uuid', s.uuid, 'epoch', s.epoch, 'n_messages', s.n_messages,
     'id_is_int', s.sample_id_is_int,
-    'model', r.model, 'plan', r.plan
+    'model', r.model, 'plan', r.plan,
+    'run_sandbox', CASE WHEN json_extract(r.eval_spec, '$.sandbox') IS NOT NULL THEN json_object(
+        'eval_sandbox', json_extract(r.eval_spec, '$.sandbox'),
+        'task_file', json_extract_string(r.eval_spec, '$.task_file')) END
 )::VARCHAR"""

@@ -19,8 +19,12 @@ its sample's agent left, captured at generation (workspaces.capture).
 
 A sample whose log has no record (a log from elsewhere, or a task without a sandbox) gets a
 fresh container of the same image for any name it asks for: enough for a scorer that runs the
-completion's code. `aclose()` removes every container the sample started, whatever happened,
-also one still starting when the scorer was cancelled.
+completion's code. When its log names the compose file or Dockerfile it ran in and that file is
+at hand (`--task-dir`, or beside the log's task file), the container is of that image instead,
+one per service (workspaces.foreign_image); when it is not, gradebook's image stands in and
+the evidence says so (`stand_in`). In any stand-in, a command the image lacks (exit 127) leaves
+the sample `sandbox_unavailable`, never graded wrong. `aclose()` removes every container the
+sample started, whatever happened, also one still starting when the scorer was cancelled.
 
 Re-judging from the warehouse alone: a sample whose last grading under the same fingerprint
 left it unscored because its judge failed (`grader_failed`) after every sandbox call had
@@ -62,6 +66,7 @@ from scorers.sandbox.pool import (
     owner_label,
 )
 from scorers.sandbox.provider import GradebookSandboxEnvironment
+from scorers.sandbox.recipe import RecipeError
 from scorers.sandbox.task_image import (
     RunImage,
     TaskImageUnavailable,
@@ -70,6 +75,15 @@ from scorers.sandbox.task_image import (
 )
 from workspaces.archive import DEFAULT_MAX_BYTES, EXTRACT, ArchiveError, canonical, check_roots
 from workspaces.evidence import Evidence, RecordingSandbox, sha256_of
+from workspaces.foreign_image import (
+    FOREIGN_KEY,
+    FOREIGN_MARK,
+    TASK_DIR_ENV,
+    Foreign,
+    foreign_image,
+    missing_tool,
+    resolve_foreign,
+)
 from workspaces.record import STORE_KEY, SandboxRecord, WorkspaceRecord
 from workspaces.restore_image import restore_image
 from workspaces.store import ObjectMissing, ObjectUnusable, open_store, split_stores
@@ -123,17 +137,19 @@ class RestoreSettings:
         limits: the container caps (the sandbox pool's).
         max_bytes: cap on an archive read back from the store.
         stores: more stores (directories or `s3://` URLs), tried after the one a record names.
+        task_dir: where a log from elsewhere's compose file is looked for first (`--task-dir`).
     """
 
     image: str
     limits: SandboxLimits = SandboxLimits()
     max_bytes: int = DEFAULT_MAX_BYTES
     stores: tuple[str, ...] = ()
+    task_dir: str | None = None
 
     @classmethod
     def here(cls) -> RestoreSettings:
         stores = tuple(split_stores(os.environ.get(STORES_ENV, "")))
-        return cls(image=image_tag(), stores=stores)
+        return cls(image=image_tag(), stores=stores, task_dir=os.environ.get(TASK_DIR_ENV) or None)
 
 
 _SLOTS: dict[int, asyncio.Semaphore] = {}
@@ -196,9 +212,12 @@ class Sandboxes:
         self.record: WorkspaceRecord | None = None
         self._bad_record: str | None = None
         self.replay: Replay | None = None
+        self.foreign: Foreign | None = None  # no record: what the log says it ran in
         try:
             # most samples have no record: a substring test spares parsing their whole state
-            wanted = state_json and (STORE_KEY in state_json or REPLAY_KEY in state_json)
+            wanted = state_json and any(
+                k in state_json for k in (STORE_KEY, REPLAY_KEY, FOREIGN_MARK)
+            )
             state = json.loads(state_json) if wanted else {}
             state = state if isinstance(state, dict) else {}
             store = state.get("store")
@@ -206,13 +225,19 @@ class Sandboxes:
                 store = json.loads(store)
             self.replay = Replay.from_evidence(state.get(REPLAY_KEY))
             self.record = WorkspaceRecord.from_store(store)
+            if self.record is None:
+                self.foreign = resolve_foreign(state.get(FOREIGN_KEY), self.settings.task_dir)
         except (ValueError, TypeError) as exc:
             self._bad_record = str(exc)[:300]
         self._started: list[asyncio.Future[Any]] = []  # container starts, done or not
         self._slot: asyncio.Semaphore | None = None
         names = [s.name for s in self.record.sandboxes] if self.record else ["default"]
         self.default = names[0] if "default" not in names else "default"
-        self.environments = _Environments(self, names, open_ended=self.record is None)
+        services = self.foreign.names if self.foreign is not None else ()
+        if services:  # a recipe's services, its default first (Inspect's rule)
+            names, self.default = list(services), services[0]
+        open_ended = self.record is None and not services
+        self.environments = _Environments(self, names, open_ended=open_ended)
 
     # -- what the scorer sees ----------------------------------------------------------------
 
@@ -335,7 +360,13 @@ class Sandboxes:
         self, name: str, roots: list[str], size: int, workdir: str, record: SandboxRecord | None
     ) -> GradebookSandboxEnvironment:
         """A started restore container (blocking: run in a thread)."""
-        own = self._task_image(record) if record is not None else None
+        own = self._task_image(record) if record is not None else self._foreign_image(name)
+        # a log from elsewhere, in its task's image: the image as it is, its own files at its
+        # working directory (as gradebook's provider starts one)
+        as_built = record is None and own is not None
+        if as_built:
+            assert own is not None
+            workdir, roots = own.workdir, []
         image = own.ref if own is not None else self.settings.image
         client = _client(image)
         limits = self.settings.limits
@@ -350,12 +381,11 @@ class Sandboxes:
             workdir == r or workdir.startswith(r + "/") for r in [base, *roots]
         ):
             writable.append(workdir)  # the working directory, empty, as a fresh sandbox has it
-        run = None
+        run, files = None, b""
         if own is not None:
             # the working directory owned as in the image (empty: the workspace goes there)
-            cap = limits.work_mb * _MIB
-            owner = workdir_owner(workdir_files(client, own.image_id, workdir, cap))
-            run = TaskImageRun(workdir, own.environment, owner)
+            files = workdir_files(client, own.image_id, workdir, limits.work_mb * _MIB)
+            run = TaskImageRun(workdir, own.environment, workdir_owner(files))
 
         def create(client: Any) -> Any:
             return create_container(
@@ -374,27 +404,33 @@ class Sandboxes:
         except Exception:  # noqa: BLE001 - the Engine or the image went away: say which
             client = _client(image, check=True)
             container = create(client)
-        return GradebookSandboxEnvironment(client, container, image, workdir, task_image=own)
+        env = GradebookSandboxEnvironment(client, container, image, workdir, task_image=own)
+        if as_built and files:
+            try:
+                env._unpack_image_files(files)  # noqa: SLF001 - the provider's own start step
+            except BaseException:
+                container.remove()
+                raise
+        return env
 
     def _task_image(self, record: SandboxRecord) -> RunImage | None:
         """The task's own image a record ran in (None: gradebook's), here or rebuilt."""
         if not record.image_id:
             return None
-        import docker
-        import docker.errors
-
-        try:
-            client = docker.from_env(timeout=600)  # a rebuild may take minutes
-            client.ping()
-        except docker.errors.DockerException as exc:
-            raise SandboxUnavailable(
-                f"Docker Engine not reachable ({exc.__class__.__name__}): start it with "
-                "`make services`"
-            ) from None
         stores = [self.record.store if self.record else "", *self.settings.stores]
         try:
-            return restore_image(client, record, [s for s in stores if s])
+            return restore_image(_engine(), record, [s for s in stores if s])
         except TaskImageUnavailable as exc:
+            raise SandboxUnavailable(str(exc)) from None
+
+    def _foreign_image(self, name: str) -> RunImage | None:
+        """The image of service `name` of the recipe a log from elsewhere names (None: no
+        recipe at hand, gradebook's), built here when needed."""
+        if self.foreign is None or self.foreign.recipe is None:
+            return None
+        try:
+            return foreign_image(_engine(), self.foreign, name)
+        except (TaskImageUnavailable, RecipeError) as exc:
             raise SandboxUnavailable(str(exc)) from None
 
     async def start(self, name: str) -> GradebookSandboxEnvironment:
@@ -406,6 +442,8 @@ class Sandboxes:
         t0 = time.perf_counter()
         if self._bad_record is not None:
             raise self.fail(ScoringFailure("workspace_unusable", self._bad_record))
+        if self.foreign is not None and self.foreign.refused:
+            raise self.fail(ScoringFailure("sandbox_unavailable", self.foreign.refused))
         record = self.record.named(name) if self.record is not None else None
         if record is not None and record.status != "captured":
             raise self.fail(
@@ -433,7 +471,7 @@ class Sandboxes:
             raise self.fail(
                 ScoringFailure("sandbox_unavailable", f"could not start a sandbox container: {exc}")
             ) from None
-        restored: dict[str, Any] = {"image": env.image, "paths": roots}
+        restored: dict[str, Any] = {"image": env.image, "paths": roots if record else [env.workdir]}
         if env.task_image is not None:
             restored["image_id"] = env.task_image.image_id
             if record is not None and env.task_image.image_id != record.image_id:
@@ -466,9 +504,32 @@ class Sandboxes:
                 )
         else:
             restored["fresh"] = True  # nothing was captured: the image as it is
+            if self.foreign is not None and env.task_image is not None:
+                restored["built_from_task_files"] = self.foreign.found
+            elif self.foreign is not None and self.foreign.stand_in:
+                restored["stand_in"] = self.foreign.stand_in  # never silently another image
         restored["seconds"] = round(time.perf_counter() - t0, 4)
         self.evidence.restored[name] = restored
         return env
+
+
+def _engine() -> Any:
+    """A Docker client for a task image's build or rebuild (minutes, at most).
+
+    Raises:
+        SandboxUnavailable: the Engine does not answer.
+    """
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env(timeout=600)  # a rebuild may take minutes
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailable(
+            f"Docker Engine not reachable ({exc.__class__.__name__}): start it with `make services`"
+        ) from None
+    return client
 
 
 def _workdir(recorded: str | None, roots: list[str]) -> str:
@@ -535,7 +596,18 @@ class LazySandbox(SandboxEnvironment):
         concurrency: bool = True,
     ) -> ExecResult[str]:
         box = await self._ready()
-        return await box.exec(cmd, input, cwd, env, user, timeout, timeout_retry, concurrency)
+        result = await box.exec(cmd, input, cwd, env, user, timeout, timeout_retry, concurrency)
+        stand_in = self._owner.evidence.restored.get(self._name, {}).get("stand_in")
+        if stand_in and missing_tool(result):
+            # the sample's own image may have it: unscored, never graded wrong for its absence
+            self._owner.fail(
+                ScoringFailure(
+                    "sandbox_unavailable",
+                    f"{str(cmd[0] if cmd else '')[:60]!r} is not in gradebook's image, which "
+                    f"stood in for the sample's own: {stand_in}",
+                )
+            )
+        return result
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
         await (await self._ready()).write_file(file, contents)

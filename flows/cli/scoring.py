@@ -32,6 +32,33 @@ from verifiers.roles import ModelRoleOption
 
 __all__ = ["rescore", "score", "verifiers"]
 
+TaskDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--task-dir",
+        help="The task's directory, for logs with no captured workspace: sandbox scorers run "
+        "in the image its compose file or Dockerfile builds (default: beside the log's task "
+        "file, if it is here; else gradebook's image, marked stand_in in the scores).",
+    ),
+]
+
+
+def _use_task_dir(task_dir: Path | None) -> None:
+    """`--task-dir` for every restore this command's grading runs (workspaces.foreign_image,
+    through the environment its worker processes inherit); not a directory: one line, exit 2."""
+    if task_dir is None:
+        return
+    if not task_dir.is_dir():
+        raise _fail(
+            f"--task-dir {task_dir}: no such directory; give the directory of the task file, "
+            "where the compose file or Dockerfile its logs name is"
+        )
+    import os
+
+    from workspaces.foreign_image import TASK_DIR_ENV
+
+    os.environ[TASK_DIR_ENV] = str(task_dir.resolve())
+
 
 def _with_judges(modules: list[str] | None, roles: list[str], entries: list) -> list[str]:
     """`--verifier-module`s plus the judge scorers among `entries` with `--model-role` bound
@@ -181,10 +208,12 @@ def score(
     max_member_mb: MaxMemberOption = None,
     max_log_mb: MaxLogOption = None,
     max_inflate_ratio: MaxRatioOption = None,
+    task_dir: TaskDirOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Score saved logs with their verifiers; samples already scored are skipped."""
     set_limits(max_member_mb, max_log_mb, max_inflate_ratio)  # every read of a log below
+    _use_task_dir(task_dir)  # before any grading process starts: they inherit it
     logs = _log_locations(logs)
     if scored_logs is not None:
         scored_logs = _log_locations_dir(scored_logs)
@@ -317,6 +346,7 @@ def rescore(
     verifier_module: ModulesOption = None,
     model_role: ModelRoleOption = None,
     lock_timeout: LockTimeoutOption = None,
+    task_dir: TaskDirOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Re-score saved samples of every verifier whose fingerprint changed (no model calls).
@@ -329,6 +359,7 @@ def rescore(
     from verifiers.stored import judge_entries, unloaded
     from warehouse import DEFAULT_DB
 
+    _use_task_dir(task_dir)
     if config is not None:
         # the user's own file, as trusted as a flag: what it names is loaded, as for `serve`
         from verifiers.specs import config_modules
