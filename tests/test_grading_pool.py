@@ -226,3 +226,46 @@ print("pandas" in sys.modules)
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+def test_workers_started_before_their_verifier_was_known_import_its_module(tmp_path: Path) -> None:
+    """An early pool (started while the command resolved its verifiers, with only the command
+    line's preload) had workers that never imported an Inspect scorer's module: the scorer's
+    factory was missing from their registry and every sample was `verifier_error` ("unknown
+    verifier 'math_verifier'"), as `benchmarks/agentic_rescore.py --samples 12` showed."""
+    import inspect_scorer_kit as kit
+    from inspect_ai import Task
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.scorer import match
+    from inspect_ai.solver import generate
+
+    from scorers.identity.fingerprint import fingerprint
+    from scorers.inspect_scorers.specs import resolve
+    from warehouse import Warehouse
+    from warehouse.score_batches import Samples
+
+    answers = ["The answer is \\boxed{0.5}", "so 8", "\\boxed{12}", "\\boxed{4/6}"]
+    task = Task(
+        dataset=MemoryDataset([Sample(input=f"Q{i}", target=t, id=i)
+                               for i, t in enumerate(["1/2", "7", "12", "2/3"], 1)]),
+        solver=generate(), scorer=match(), name="math_local",
+    )  # fmt: skip
+    _, plain = kit.twice(task, answers, tmp_path / "logs")
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.ingest_logs([plain.location])
+    verifier = resolve("math_verifier", trusted=True)
+    assert verifier.module == "scorers.math.scorer"
+    digest = fingerprint(verifier).digest
+    samples = Samples(wh.samples_to_score(verifier.name, digest, state=True))
+    pool = GradingPool(2)
+    try:
+        pool.start([])  # started as interpreters, before the verifier was resolved
+        got = grade_batch(
+            pool, verifier, samples, ScoreOptions(workers=2, chunk_size=2), in_process=False,
+            expect=digest,  # as the stage grades: the code the workers must have run
+        )  # fmt: skip
+    finally:
+        pool.close()
+    assert [(g[0], g[1]) for g in got] == [("scored", 1.0), ("scored", 0.0)] + [
+        ("scored", 1.0)
+    ] * 2, got[:1]

@@ -254,6 +254,7 @@ def _worker_main(fd: int, broker_fd: int | None = None) -> None:
             try:
                 decoded = pickle.loads(payload)
                 times.add("decode the chunk", clock() - t1)
+                _import_module_of(decoded[4] if len(decoded) > 4 else None)
                 return job, decoded
             except Exception as exc:  # e.g. the verifier cannot be unpickled here
                 if not send((job, "error", f"{type(exc).__name__}: {exc}", short_traceback(exc))):
@@ -312,6 +313,24 @@ def _forked_worker_main(conn: Connection) -> None:
     broker channel (a started worker gets it at spawn)."""
     broker_fd = recv_handle(conn)
     _worker_main(conn.fileno(), broker_fd)
+
+
+_TRIED: set[str] = set()
+
+
+def _import_module_of(verifier: Any) -> None:
+    """Import the verifier's module at its first job, as the preload would have. A worker
+    started before the stage resolved its verifiers (started early, with the command line's
+    preload) has not imported it. An Inspect scorer's factory is then missing from the
+    registry that importing the module fills, and every sample was left `verifier_error`."""
+    module = getattr(verifier, "module", None)
+    if not isinstance(module, str) or not module or module in sys.modules or module in _TRIED:
+        return
+    _TRIED.add(module)
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001, S110 - a hint only; the grade call reports the real error
+        pass
 
 
 def _digest_as_loaded(verifier: Any) -> str | None:
