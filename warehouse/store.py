@@ -44,7 +44,7 @@ from warehouse.schema import (
 )
 from warehouse.score_inserts import _append_scores
 from warehouse.stored_specs import store_spec
-from warehouse.task_state_columns import STATE_JSON_SQL
+from warehouse.task_state_columns import STATE_JSON_SQL, STATE_RUNS_SQL
 
 DEFAULT_DB = "gradebook.duckdb"
 _STAGED_DONE = "loaded"
@@ -489,7 +489,10 @@ def _to_score_sql(
         params["runs"] = list(run_ids)
     state_col, runs_join = "NULL::VARCHAR", ""
     if state:
-        state_col, runs_join = STATE_JSON_SQL, "LEFT JOIN wh.runs r ON r.run_id = s.run_id"
+        state_col, runs_join = (
+            STATE_JSON_SQL,
+            f"LEFT JOIN {STATE_RUNS_SQL} r ON r.run_id = s.run_id",
+        )
     if retry is not None:
         retryable = _retryable_sql(retry, params)
         if max_attempt is not None:

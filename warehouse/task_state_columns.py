@@ -46,8 +46,15 @@ STATE_JSON_SQL = """json_object(
     'input', s.input, 'choices', s.choices, 'messages', s.messages_json, 'output', s.output,
     'store', s.store, 'uuid', s.uuid, 'epoch', s.epoch, 'n_messages', s.n_messages,
     'id_is_int', s.sample_id_is_int,
-    'model', r.model, 'plan', r.plan,
-    'run_sandbox', CASE WHEN json_extract(r.eval_spec, '$.sandbox') IS NOT NULL THEN json_object(
-        'eval_sandbox', json_extract(r.eval_spec, '$.sandbox'),
-        'task_file', json_extract_string(r.eval_spec, '$.task_file')) END
+    'model', r.model, 'plan', r.plan, 'run_sandbox', r.run_sandbox
 )::VARCHAR"""
+
+# The runs STATE_JSON_SQL reads as `r`: each run's sandbox is read out of its eval spec here,
+# once per run, not once per sample (each read parses the whole spec).
+STATE_RUNS_SQL = """(
+    SELECT run_id, model, plan,
+           CASE WHEN json_extract(eval_spec, '$.sandbox') IS NOT NULL THEN json_object(
+               'eval_sandbox', json_extract(eval_spec, '$.sandbox'),
+               'task_file', json_extract_string(eval_spec, '$.task_file')) END AS run_sandbox
+    FROM wh.runs
+)"""
