@@ -278,6 +278,17 @@ def test_a_task_dir_that_is_not_there_is_one_line_and_exit_2(tmp_path):
             f"error: --task-dir {missing}: no such directory; give the directory of the task "
             "file, where the compose file or Dockerfile its logs name is"
         ], ran.stderr
+        url = "s3://bucket/tasks/fix-the-bug"
+        ran = gradebook(*args, "--db", str(tmp_path / "gb.duckdb"), "--task-dir", url,
+                        env=env, cwd=tmp_path)  # fmt: skip
+        assert ran.code == 2, (args, ran.stderr)
+        assert ran.stderr_lines == [
+            f"error: --task-dir {url}: an object-store URL where a local path is needed: the "
+            "task's image is built from its files on this machine; copy them here and give "
+            "that directory"
+        ], ran.stderr
+        assert not (tmp_path / "s3:").exists()
+    assert not (tmp_path / "gb.duckdb").exists()  # refused before anything was written
 
 
 def test_each_compose_service_is_a_named_sandbox_in_its_own_image(

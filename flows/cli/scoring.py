@@ -33,7 +33,7 @@ from verifiers.roles import ModelRoleOption
 __all__ = ["rescore", "score", "verifiers"]
 
 TaskDirOption = Annotated[
-    Path | None,
+    str | None,  # not a Path: it would fold `s3://b/x` into `s3:/b/x`, a local name
     typer.Option(
         "--task-dir",
         help="The task's directory, for logs with no captured workspace: sandbox scorers run "
@@ -43,11 +43,21 @@ TaskDirOption = Annotated[
 ]
 
 
-def _use_task_dir(task_dir: Path | None) -> None:
+def _use_task_dir(given: str | None) -> None:
     """`--task-dir` for every restore this command's grading runs (workspaces.foreign_image,
-    through the environment its worker processes inherit); not a directory: one line, exit 2."""
-    if task_dir is None:
+    through the environment its worker processes inherit); a URL or not a directory: one line,
+    exit 2."""
+    if given is None:
         return
+    from warehouse.object_store import UnsupportedLocation, local_path
+
+    try:
+        task_dir = local_path(given)
+    except UnsupportedLocation as exc:
+        raise _fail(
+            f"--task-dir {exc}: the task's image is built from its files on this machine; "
+            "copy them here and give that directory"
+        ) from None
     if not task_dir.is_dir():
         raise _fail(
             f"--task-dir {task_dir}: no such directory; give the directory of the task file, "
