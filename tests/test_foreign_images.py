@@ -69,8 +69,10 @@ SCORER = textwrap.dedent(
         return score
 
 
+    # not `two_services`: test_task_images registers that name from its own file, and a
+    # process holding both refuses the second (one stored name, two scorers)
     @scorer(metrics=[accuracy()])
-    def two_services():
+    def foreign_two_services():
         async def score(state: TaskState, target: Target) -> Score:
             await sandbox().write_file("answer.txt", state.output.completion)
             ran = await sandbox().exec(["checker", "answer.txt", str(state.sample_id)])
@@ -314,7 +316,7 @@ def test_each_compose_service_is_a_named_sandbox_in_its_own_image(
         log.eval = log.eval.model_copy(update={"task_file": str(task_dir / "foreign_task.py")})
         write_eval_log(log, str(tmp_path / "log.eval"))
         db = tmp_path / "gb.duckdb"
-        verifier = foreign.verifier.replace("@completion_check", "@two_services")
+        verifier = foreign.verifier.replace("@completion_check", "@foreign_two_services")
         score(tmp_path / "log.eval", db, verifier)
         # the default service's image has the checker; the helper runs the image it names
         assert q(db, "SELECT sample_id, value, answer FROM latest_scores ORDER BY 1") == [
