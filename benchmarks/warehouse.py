@@ -56,6 +56,7 @@ def score_table(n: int) -> pa.Table:
             "scored_at": pa.array([datetime.now(UTC)] * n, pa.timestamp("us", tz="UTC")),
             "duration_s": pa.array([0.001] * n, pa.float64()),
             "attempt": pa.array([1] * n, pa.int32()),
+            "image_id": pa.nulls(n, pa.string()),
         },
         schema=SCORE_SCHEMA,
     )

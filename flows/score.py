@@ -201,6 +201,7 @@ def _score_runs(
 ) -> list[RunScore]:
     from scorers.identity.fingerprint import fingerprint
     from warehouse import Warehouse
+    from workspaces.image_regrade import rebuilt_image_samples
 
     warehouse_path = wh.path
     by_scorer: dict[str, list[str]] = {}
@@ -228,6 +229,7 @@ def _score_runs(
                         summary = summaries.setdefault((run_id, name), RunScore(run_id, name, ""))
                         summary.fingerprint, summary.stale = fp.digest, 0
                     with STAGE.timed("read the samples to grade"):
+                        regrade = rebuilt_image_samples(wh, verifier, fp.digest, run_ids)
                         samples = Samples(
                             wh.samples_to_score(
                                 name,
@@ -237,10 +239,13 @@ def _score_runs(
                                 max_attempt=max_attempt,
                                 skip_reasons=skip_reasons,
                                 state=verifier.reads_state,
+                                regrade=regrade,
                             )
                         )
                     STAGE.mark("samples read")
                     label = f"score {name}" + (" (+ retries)" if retry else "")
+                    if regrade:
+                        label += f" (+ {len(regrade)} whose task image was rebuilt)"
                     if code_pass:
                         label += " (its code changed while grading: again)"
                     bar = progress.add_task(label, total=len(samples)) if progress else None

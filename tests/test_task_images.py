@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import task_image_kit as kit
+from cli_kit import gradebook, shell_env
 from conftest import need
 from inspect_ai.log import read_eval_log
 from process_kit import wait_for
@@ -162,6 +163,42 @@ def test_its_image_removed_the_log_is_rescored_in_the_image_rebuilt_from_its_rec
     }
     assert recorded == image_id and new != image_id
     assert recipe == records(log)[0]["recipe"]
+
+
+def test_verdicts_from_an_image_since_rebuilt_are_graded_again_in_the_new_one(
+    squares, client, prefect_api, tmp_path
+):
+    """A changed image re-grades as a changed verifier does: attempt 2 under the same
+    fingerprint, the old verdicts kept as history; then nothing is left to do."""
+    from scorers.sandbox.task_image import RECIPE_LABEL
+
+    log, scorers, _ = squares
+    (recipe,) = {b["recipe"] for b in records(log)}
+    verifier = f"{scorers}@tool_check"
+    db = tmp_path / "gb.duckdb"
+    score(log, db, verifier)
+    (first,) = {r["image_id"] for r in restored(db)}
+    # the image is rebuilt from its recipe (another warehouse's scoring, as a second host's)
+    for image in client.api.images(filters={"label": f"{RECIPE_LABEL}={recipe}"}):
+        remove_image(client, image["Id"])
+    score(log, tmp_path / "other.duckdb", verifier)
+    (rebuilt,) = {r["image_id"] for r in restored(tmp_path / "other.duckdb")}
+    assert rebuilt != first
+
+    score(log, db, verifier)
+    assert q(db, VERDICTS) == RIGHT_VERDICTS
+    assert q(db, "SELECT attempt, image_id, count(*) FROM scores GROUP BY ALL ORDER BY 1") == [
+        (1, first, 3),
+        (2, rebuilt, 3),
+    ]
+    assert q(db, "SELECT DISTINCT attempt, image_id FROM latest_scores") == [(2, rebuilt)]
+    assert q(db, "SELECT n_scored FROM run_metrics") == [(3,)]
+    # and again: the image restore would use is the one graded in
+    env = shell_env(tmp_path / "home", api_url=prefect_api)
+    again = gradebook("score", log, "--db", str(db), "--verifier", verifier, env=env, cwd=tmp_path)
+    assert again.code == 0, again.stderr
+    assert "tool_check" in again.stdout and "0/0" in again.stdout, again.stdout
+    assert q(db, "SELECT count(*) FROM scores") == [(6,)]
 
 
 def test_with_neither_its_image_nor_its_recipe_it_is_unscored_never_wrong(

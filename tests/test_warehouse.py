@@ -44,6 +44,7 @@ def score_rows(
     at=T0,
     reason=None,
     attempt=1,
+    metadata=None,
 ):
     """A SCORE_SCHEMA table: one row per (run_id, sample_id, epoch) key."""
     n = len(keys)
@@ -59,10 +60,11 @@ def score_rows(
             "answer": [answer] * n,
             "explanation": [f"{status}: {answer}"] * n,
             "reason": [reason or ("verified_equal" if value == 1.0 else "mismatch")] * n,
-            "metadata": [json.dumps({"k": 1})] * n,
+            "metadata": [json.dumps(metadata or {"k": 1})] * n,
             "scored_at": pa.array([at] * n, pa.timestamp("us", tz="UTC")),
             "duration_s": [0.01] * n,
             "attempt": pa.array([attempt] * n, pa.int32()),
+            "image_id": pa.nulls(n, pa.string()),
         },
         schema=SCORE_SCHEMA,
     )
@@ -336,6 +338,57 @@ def test_a_retry_is_a_new_attempt_and_every_view_reads_the_latest(wh, log):
     assert wh.samples_to_score("math", "fp1", retry="all").num_rows == 12 - 3
 
 
+def _in_image(**images: str) -> dict:
+    """A sandbox verdict's metadata: each named sandbox restored into that task image."""
+    return {"sandbox": {"restored": {n: {"image": "t", "image_id": i} for n, i in images.items()}}}
+
+
+def test_a_verdict_graded_in_a_rebuilt_image_supersedes_only_one_from_another_image(wh, log):
+    run = log.eval.eval_id
+    old, new = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    wh.write_scores(
+        score_rows([(run, "q1", 1), (run, "q2", 1)], value=0.0, metadata=_in_image(default=old))
+    )
+    wh.write_scores(score_rows([(run, "q4", 1)], value=0.0))  # gradebook's own image
+    assert q(wh, "SELECT DISTINCT image_id FROM scores ORDER BY 1") == [(old,), (None,)]
+    # graded again: asked for, by key, as the next attempt (and only those asked for)
+    todo = wh.samples_to_score(
+        "math", "fp1", run_ids=[run], regrade=[(run, "q1", 1), (run, "q4", 1)]
+    )
+    # epoch 1 of q1, q2 and q4 is graded; the rest of the run is not: first attempts (q0 and
+    # q3 are generation errors, graded as such)
+    again = sorted((r["sample_id"], r["attempt"]) for r in todo.to_pylist() if r["epoch"] == 1)
+    assert again == [("q0", 1), ("q1", 2), ("q3", 1), ("q4", 2), ("q5", 1)]
+    # only a row naming another image supersedes a verdict from an image
+    assert (
+        wh.write_scores(score_rows([(run, "q1", 1)], attempt=2, metadata=_in_image(default=old)))
+        == 0
+    )
+    _unscored(wh, [(run, "q2", 1)], "sandbox_unavailable", "image gone", attempt=2)
+    assert (
+        wh.write_scores(score_rows([(run, "q4", 1)], attempt=2, metadata=_in_image(default=new)))
+        == 0
+    )
+    rebuilt = score_rows([(run, "q1", 1)], attempt=2, metadata=_in_image(default=new))
+    assert wh.write_scores(rebuilt) == 1
+    assert wh.write_scores(rebuilt) == 0  # idempotent
+    assert q(wh, "SELECT sample_id, attempt, value, image_id FROM latest_scores ORDER BY 1") == [
+        ("q1", 2, 1.0, new),
+        ("q2", 1, 0.0, old),  # its re-grade could not restore: the verdict stands
+        ("q4", 1, 0.0, None),
+    ]
+    assert q(
+        wh,
+        "SELECT n_scored, n_correct FROM (SELECT n_scored, round(accuracy * n_scored) AS n_correct FROM run_metrics)",
+    ) == [(3, 1)]
+    # several sandboxes: each named, sorted
+    two = _in_image(helper=old, default=new)
+    wh.write_scores(score_rows([(run, "q5", 1)], metadata=two))
+    assert q(wh, "SELECT image_id FROM scores WHERE sample_id = 'q5'") == [
+        (f"default={new},helper={old}",)
+    ]
+
+
 def test_a_retry_is_not_a_flip_and_clears_a_flip_against_its_unscored_attempt(wh, log):
     run = log.eval.eval_id
     wh.write_scores(score_rows([(run, "q1", 1)], fp="fp0", value=1.0))
@@ -388,7 +441,9 @@ def test_migration_from_v5_keeps_every_row_and_then_retries(tmp_path):
 
     wh = Warehouse(path)
     assert wh.schema_version() == SCHEMA_VERSION
-    assert q(wh, "SELECT * EXCLUDE (attempt) FROM wh.scores ORDER BY ALL") == scores_before
+    assert (
+        q(wh, "SELECT * EXCLUDE (attempt, image_id) FROM wh.scores ORDER BY ALL") == scores_before
+    )
     assert q(wh, "SELECT DISTINCT attempt FROM wh.scores") == [(1,)]
     pairs = "SELECT * EXCLUDE (old_attempt, new_attempt) FROM wh.flip_pairs ORDER BY ALL"
     assert q(wh, pairs) == pairs_before

@@ -111,7 +111,7 @@ def pair(tmp_path_factory):
         "TIMESTAMPTZ '2025-12-01'), ('math', 'fp-old', 'o', '', '{}', TIMESTAMPTZ '2025-12-02')"
     )
     con.register("incoming", pa.Table.from_pylist(rows, SCORE_SCHEMA))
-    con.execute("INSERT INTO wh.scores SELECT * EXCLUDE (attempt) FROM incoming")  # v4: no attempt
+    con.execute("INSERT INTO wh.scores SELECT * EXCLUDE (attempt, image_id) FROM incoming")  # v4
     con.close()
     return current.path, old_path
 

@@ -38,6 +38,7 @@ def nothing_to_score(
     from scorers.registry import all_verifiers
     from warehouse import Warehouse
     from warehouse.log_stamps import LogStamp, proves_unchanged, stamp
+    from workspaces.image_regrade import rebuilt_image_samples
 
     if not db.exists() or not logs:
         return None
@@ -72,7 +73,11 @@ def nothing_to_score(
             return None
         digest = fingerprint(known[name]).digest
         todo = wh.samples_to_score(
-            name, digest, run_ids=run_ids, retry="all" if retry_unscored else None
+            name,
+            digest,
+            run_ids=run_ids,
+            retry="all" if retry_unscored else None,
+            regrade=rebuilt_image_samples(wh, known[name], digest, run_ids),
         )
         if todo.num_rows:
             return None

@@ -22,7 +22,7 @@ from warehouse.log_copies import LOG_COPIES_SQL
 from warehouse.log_stamps import LOG_STAMP_SQL
 from warehouse.metric_views import QUERY_VIEWS_SQL
 from warehouse.newest_fingerprint import NEWEST_FINGERPRINT_SQL
-from warehouse.score_attempts import RETRY_ATTEMPTS_SQL
+from warehouse.score_attempts import IMAGE_ATTEMPTS_SQL, RETRY_ATTEMPTS_SQL
 from warehouse.stored_specs import VERIFIER_MODULE_SQL, VERIFIER_SPECS_SQL
 from warehouse.task_state_columns import TASK_STATE_SQL
 from warehouse.workspace_views import WORKSPACE_VIEWS_SQL
@@ -234,6 +234,7 @@ MIGRATIONS: list[Migration] = [
         WORKSPACE_VIEWS_SQL,
     ),
     Migration("log_copies: every location a run's log was seen at", LOG_COPIES_SQL),
+    Migration("scores.image_id: a rebuilt task image supersedes its verdicts", IMAGE_ATTEMPTS_SQL),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

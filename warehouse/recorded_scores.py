@@ -162,6 +162,7 @@ def recorded_table(
                 ("scored_at", completed or fallback_time),
                 ("duration_s", None),
                 ("attempt", 1),
+                ("image_id", None),
             ):
                 cols[column].append(value)
     try:

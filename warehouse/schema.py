@@ -7,6 +7,8 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from warehouse.verdict_images import image_ids
+
 # A score is one grading attempt of one sample by one verifier version; attempt 1 is the first
 # grading, n > 1 a retry of an unscored attempt n - 1 (docs/reference/warehouse.md: current_scores).
 SCORE_KEY = ("run_id", "sample_id", "epoch", "scorer", "fingerprint", "attempt")
@@ -50,6 +52,9 @@ SCORE_SCHEMA = pa.schema(
         pa.field("scored_at", pa.timestamp("us", tz="UTC")),
         pa.field("duration_s", pa.float64()),
         pa.field("attempt", pa.int32()),  # null or missing means 1
+        # the task image a sandbox verdict was graded in (warehouse.verdict_images); derived
+        # from `metadata` when a writer does not give it
+        pa.field("image_id", pa.string()),
     ]
 )
 
@@ -76,7 +81,8 @@ RECORDED_PREFIX = "recorded:"
 
 
 def conform_scores(rows: pa.Table) -> pa.Table:
-    """Cast a score table to SCORE_SCHEMA (column order, types); missing optional columns are null.
+    """Cast a score table to SCORE_SCHEMA (column order, types); missing optional columns are
+    null, but for `image_id`, which is read from `metadata` when no row gives one.
 
     Raises:
         ValueError: a key or status column is missing, or a status is not a known one.
@@ -95,6 +101,9 @@ def conform_scores(rows: pa.Table) -> pa.Table:
     columns[at] = pc.fill_null(columns[at], pa.scalar(1, pa.int32()))
     if pc.any(pc.less(columns[at], 1)).as_py():
         raise ValueError("score attempt must be 1 or more")
+    image = SCORE_SCHEMA.get_field_index("image_id")
+    if columns[image].null_count == rows.num_rows:
+        columns[image] = image_ids(columns[SCORE_SCHEMA.get_field_index("metadata")])
     table = pa.Table.from_arrays(columns, schema=SCORE_SCHEMA)
     bad = pc.invert(pc.is_in(table.column("status"), pa.array(SCORE_STATUSES)))
     if pc.any(bad).as_py():

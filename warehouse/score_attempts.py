@@ -16,6 +16,15 @@ stays in `wh.scores` (principle 7, append-only history).
   are checked against it (scored and error rows pass straight through).
 * Every view that picks "the" score of a sample reads `current_scores`: `latest_scores`,
   `run_metrics` (and `run_metrics_base`, `score_history`, the gates), `run_pass_at_k`.
+* A task image rebuilt with a new ID (schema 15): a sandbox scorer's verdict depends on the
+  image the sample's workspace was restored into, which is the sample's, not the verifier's,
+  so it is not in the fingerprint. Such a row names it in `image_id`
+  (warehouse.verdict_images), and attempt n + 1 may also supersede a stored attempt n that has
+  an image when the new row names a different one (the scoring stage grades again only the
+  samples whose image restore would use now differs: workspaces.image_regrade). A re-grade
+  that could not restore (no image) is not written, so a verdict is never replaced by
+  "unscored" for want of an image. `current_scores` checks unscored rows and rows with an
+  image against `wh.superseded_scores`; the rest cost a null test.
 * `wh.flip_pairs` gains the attempts of both rows; `grade_flips` drops pairs with a superseded
   side. Flips still compare verdicts across fingerprints only: a retry (same fingerprint) that
   turns unscored into scored is never a flip, and a flip against a superseded unscored row
@@ -68,3 +77,21 @@ ANTI JOIN wh.superseded_scores n
     + grade_flips_view_sql("wh.current_flip_pairs")
     + metric_views_sql("current_scores")
 )
+
+IMAGE_ATTEMPTS_SQL = """
+ALTER TABLE wh.scores ADD COLUMN image_id VARCHAR;
+
+-- a row with an image may be superseded too (a rebuilt image): it is probed like an unscored
+-- one; the other rows pass on a null test. Three branches, not `unscored OR image`: an OR
+-- there keeps the scan from filtering on either (docs/reference/warehouse.md: current_scores).
+CREATE OR REPLACE VIEW current_scores AS
+SELECT * FROM wh.scores WHERE status <> 'unscored' AND image_id IS NULL
+UNION ALL
+SELECT s.* FROM wh.scores s
+ANTI JOIN wh.superseded_scores x USING (run_id, sample_id, epoch, scorer, fingerprint, attempt)
+WHERE s.status = 'unscored'
+UNION ALL
+SELECT s.* FROM wh.scores s
+ANTI JOIN wh.superseded_scores x USING (run_id, sample_id, epoch, scorer, fingerprint, attempt)
+WHERE s.status <> 'unscored' AND s.image_id IS NOT NULL;
+"""

@@ -98,6 +98,7 @@ def scores_table(keys: pa.Table, results: list[ResultRow], scorer: str, digest: 
             "scored_at": same(datetime.now(UTC), "scored_at"),
             "duration_s": list(cols[6]),
             "attempt": pc.fill_null(keys.column("attempt").cast(pa.int32()), 1),
+            "image_id": pa.nulls(n, pa.string()),  # read from metadata (conform_scores)
         },
         schema=SCORE_SCHEMA,
     )

@@ -53,8 +53,9 @@ def _insert_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
             if maybe_dupes and maybe_dupes[0]
             else "_incoming_scores"
         )
-        # retries only supersede a stored retryable unscored attempt (see write_scores); the
-        # check costs a join only for a batch that holds retries
+        # retries only supersede a stored retryable unscored attempt, or one graded in another
+        # task image than theirs (see write_scores); the check costs a join only for a batch
+        # that holds retries
         retries = pc.max(table.column("attempt")).as_py() > 1
         only_valid_retries = (
             f"""
@@ -62,8 +63,11 @@ def _insert_scores(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
                 SELECT 1 FROM wh.scores p
                 WHERE p.run_id = b.run_id AND p.sample_id = b.sample_id AND p.epoch = b.epoch
                   AND p.scorer = b.scorer AND p.fingerprint = b.fingerprint
-                  AND p.attempt = b.attempt - 1 AND p.status = 'unscored'
-                  AND p.reason IN ({", ".join(f"'{r}'" for r in RETRYABLE_REASONS)})
+                  AND p.attempt = b.attempt - 1
+                  AND ((p.status = 'unscored'
+                        AND p.reason IN ({", ".join(f"'{r}'" for r in RETRYABLE_REASONS)}))
+                       OR (p.image_id IS NOT NULL AND b.image_id IS NOT NULL
+                           AND p.image_id <> b.image_id))
               ))"""
             if retries
             else ""

@@ -277,6 +277,7 @@ class Warehouse(Ingest):
         max_attempt: int | None = None,
         skip_reasons: Sequence[str] = (),
         state: bool = False,
+        regrade: Sequence[tuple[str, str, int]] = (),
     ) -> pa.Table:
         """Samples to grade under (scorer, digest), as Arrow (SAMPLES_TO_SCORE_SCHEMA).
 
@@ -293,6 +294,9 @@ class Warehouse(Ingest):
             skip_reasons: with `retry`, unscored reasons not to retry this time.
             state: also the `state` column, what a rebuilt Inspect TaskState needs (one JSON
                 document per sample: warehouse.task_state_columns.STATE_JSON_SQL); else NULL.
+            regrade: also these (run_id, sample_id, epoch) keys, graded before: their
+                verdicts' task image was rebuilt (`image_verdicts`), so they are graded again
+                as the next attempt.
 
         Returns:
             The samples with no score row for (scorer, digest), and with `retry` the retryable
@@ -301,7 +305,7 @@ class Warehouse(Ingest):
         if not self.path.exists() or (run_ids is not None and not run_ids):
             return SAMPLES_TO_SCORE_SCHEMA.empty_table()
         sql, params = _to_score_sql(
-            scorer, digest, run_ids, retry, max_attempt, skip_reasons, state
+            scorer, digest, run_ids, retry, max_attempt, skip_reasons, state, regrade
         )
         with self.read() as con:
             table = con.sql(sql, params=params).to_arrow_table()
@@ -326,6 +330,35 @@ class Warehouse(Ingest):
         )
         with self.read() as con:
             return int(con.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()[0])
+
+    def image_verdicts(
+        self, scorer: str, digest: str, run_ids: Sequence[str] | None = None
+    ) -> list[tuple[str, str, int, str | None, str | None]]:
+        """The current verdicts under (scorer, digest) graded in a task image (`image_id`),
+        with what decides whether that image is still the one to grade in.
+
+        Returns:
+            (run_id, sample_id, epoch, the verdict's metadata, the sample's workspace record)
+            rows, both JSON text (the record None when the sample has none).
+        """
+        if not self.path.exists() or (run_ids is not None and not run_ids):
+            return []
+        params: dict[str, Any] = {"scorer": scorer, "digest": digest}
+        in_runs = ""
+        if run_ids is not None:
+            in_runs = "AND c.run_id IN (SELECT unnest($runs::VARCHAR[]))"
+            params["runs"] = list(run_ids)
+        sql = f"""
+            SELECT c.run_id, c.sample_id, c.epoch, c.metadata::VARCHAR,
+                   (s.store->'$.gradebook_workspace')::VARCHAR
+            FROM current_scores c
+            JOIN wh.samples s USING (run_id, sample_id, epoch)
+            WHERE c.scorer = $scorer AND c.fingerprint = $digest AND c.image_id IS NOT NULL
+              AND c.status <> 'unscored' {in_runs}
+            ORDER BY 1, 2, 3
+        """
+        with self.read() as con:
+            return [(r, i, int(e), m, w) for r, i, e, m, w in con.execute(sql, params).fetchall()]
 
     def unscored_to_retry(
         self, scorer: str, digest: str, retry: RetryScope
@@ -357,8 +390,9 @@ class Warehouse(Ingest):
         within `rows`, are skipped. One transaction.
 
         A row with attempt n > 1 (a retry) is stored only when attempt n - 1 of its key is
-        stored and unscored with a retryable reason; otherwise it is skipped, so a scored row
-        or a generation error is never superseded.
+        stored and unscored with a retryable reason, or was graded in a task image and this
+        row in another one (`image_id`: a rebuilt image); otherwise it is skipped, so no other
+        scored row or generation error is ever superseded.
 
         Returns:
             The number of rows actually inserted.
@@ -478,6 +512,7 @@ def _to_score_sql(
     max_attempt: int | None,
     skip_reasons: Sequence[str],
     state: bool,
+    regrade: Sequence[tuple[str, str, int]] = (),
 ) -> tuple[str, dict[str, Any]]:
     """The query (and its parameters) of `Warehouse.samples_to_score`."""
     params: dict[str, Any] = {"scorer": scorer, "digest": digest}
@@ -493,8 +528,20 @@ def _to_score_sql(
             STATE_JSON_SQL,
             f"LEFT JOIN {STATE_RUNS_SQL} r ON r.run_id = s.run_id",
         )
-    if retry is not None:
-        retryable = _retryable_sql(retry, params)
+    if retry is not None or regrade:
+        retryable = _retryable_sql(retry, params) if retry is not None else "FALSE"
+        regrade_join, regraded = "", "FALSE"
+        if regrade:
+            regrade_join = """LEFT JOIN (SELECT unnest($rg_run::VARCHAR[]) AS run_id,
+                                     unnest($rg_sample::VARCHAR[]) AS sample_id,
+                                     unnest($rg_epoch::INTEGER[]) AS epoch) g
+              ON g.run_id = s.run_id AND g.sample_id = s.sample_id AND g.epoch = s.epoch"""
+            regraded = "(g.run_id IS NOT NULL AND c.status <> 'unscored' AND s.error IS NULL)"
+            params["rg_run"], params["rg_sample"], params["rg_epoch"] = (
+                [k[0] for k in regrade],
+                [k[1] for k in regrade],
+                [int(k[2]) for k in regrade],
+            )
         if max_attempt is not None:
             retryable += " AND c.attempt < $max_attempt"
             params["max_attempt"] = max_attempt
@@ -520,8 +567,10 @@ def _to_score_sql(
             LEFT JOIN cur c
               ON c.run_id = s.run_id AND c.sample_id = s.sample_id AND c.epoch = s.epoch
             {runs_join}
+            {regrade_join}
             WHERE (c.attempt IS NULL
-                   OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL))
+                   OR (c.status = 'unscored' AND {retryable} AND s.error IS NULL)
+                   OR {regraded})
               {in_runs.format(col="s.run_id")}
             ORDER BY s.run_id, s.sample_id, s.epoch
         """

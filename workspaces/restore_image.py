@@ -27,11 +27,12 @@ from scorers.sandbox.task_image import (
     build_service,
     local_image,
     run_image,
+    task_image_tag,
 )
 from workspaces.record import SandboxRecord
 from workspaces.store import ObjectMissing, ObjectUnusable, open_store
 
-__all__ = ["restore_image"]
+__all__ = ["current_image_id", "restore_image"]
 
 _RECIPE_CAP = 64 * 1024 * 1024
 _REBUILT: dict[tuple[str, str], RunImage] = {}  # (recipe digest, service) -> its image here
@@ -100,6 +101,19 @@ def restore_image(client: Any, record: SandboxRecord, stores: list[str]) -> RunI
         service=record.service,
         recipe=rebuilt.recipe,
     )
+
+
+def current_image_id(client: Any, record: SandboxRecord) -> str | None:
+    """The ID of the image `restore_image` would restore this record into now, when the Engine
+    has it: the recorded image, else the one built from its recipe (by any process). None when
+    neither is here (a restore would rebuild it) or the record ran in gradebook's image.
+    Nothing is built."""
+    if not record.image_id:
+        return None
+    image = _found(client, record.image_id)
+    if image is None and record.recipe and record.service:
+        image = _found(client, task_image_tag(record.recipe, record.service))
+    return image.id if image is not None else None
 
 
 def _rebuild(client: Any, record: SandboxRecord, stores: list[str], short: str) -> RunImage:
