@@ -197,7 +197,7 @@ def test_verdicts_from_an_image_since_rebuilt_are_graded_again_in_the_new_one(
     env = shell_env(tmp_path / "home", api_url=prefect_api)
     again = gradebook("score", log, "--db", str(db), "--verifier", verifier, env=env, cwd=tmp_path)
     assert again.code == 0, again.stderr
-    assert "tool_check" in again.stdout and "0/0" in again.stdout, again.stdout
+    assert again.stdout.startswith("nothing to score: 3 samples already scored by tool_check@")
     assert q(db, "SELECT count(*) FROM scores") == [(6,)]
 
 

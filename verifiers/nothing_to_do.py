@@ -35,13 +35,22 @@ def nothing_to_score(
             work.
     """
     from scorers.identity.fingerprint import fingerprint
+    from scorers.inspect_scorers.specs import SpecError
     from scorers.registry import all_verifiers
+    from verifiers.specs import names_for_entries
     from warehouse import Warehouse
     from warehouse.log_stamps import LogStamp, proves_unchanged, stamp
     from workspaces.image_regrade import rebuilt_image_samples
 
     if not db.exists() or not logs:
         return None
+    if verifiers:
+        # as given: a registered name, or an Inspect scorer spec (`file.py@scorer`), which
+        # the command resolved already: its registered name is what the rows are under
+        try:
+            verifiers = names_for_entries(verifiers, trusted=True)
+        except SpecError:
+            return None
     wh = Warehouse(db)
     plan: dict[str, list[str]] = {}  # verifier -> runs
     with wh.read() as con:
