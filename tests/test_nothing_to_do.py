@@ -102,3 +102,24 @@ def test_a_log_whose_file_changed_is_not_taken_as_scored(scored, tmp_path):
     shutil.copy(log, copy)
     out = _probe("score", str(copy), "--db", str(db))
     assert out.returncode == 2 and "nothing to score" not in out.stdout
+
+
+def test_score_with_a_scorer_file_given_answers_before_prefect_loads(tmp_path, prefect_api):
+    # the entry as typed (`file.py@scorer`) is not the name its rows are stored under
+    scorers = tmp_path / "my_scorers.py"
+    scorers.write_text(
+        "from inspect_ai.scorer import accuracy, includes, scorer\n\n\n"
+        "@scorer(metrics=[accuracy()])\n"
+        "def has_target():\n"
+        "    return includes()\n"
+    )
+    log = make_log(tmp_path / "logs", 3)
+    db = tmp_path / "w.duckdb"
+    given = ("score", str(log), "--db", str(db), "--verifier", f"{scorers}@has_target")
+    out = gradebook(*given, env=cli_env(api_url=prefect_api))
+    assert out.returncode == 0, out.stderr
+
+    again = _probe(*given)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("nothing to score: 3 samples already scored by has_target@")
+    assert "LOADED prefect=False" in again.stderr
