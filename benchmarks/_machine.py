@@ -4,8 +4,10 @@ are not this benchmark's.
     state = machine_state()   # {"load": [1, 5, 15 min], "busy": [{pid, cpu_pct, command}...]}
 
 A figure measured beside a test suite or a second benchmark is not a quiet machine's figure:
-each round of a benchmark records this at its start, and a row taken while the 1-minute load
-was at or above QUIET_LOAD says so (`load_note`).
+each round of a benchmark records this at its start, and a row taken on a busy machine says so
+(`load_note`). Before the benchmark has run anything, the 1-minute load tells (at or above
+QUIET_LOAD: busy); between its rounds, that load still holds the benchmark's own work of the
+seconds before, so there only other processes' CPU tells (BUSY_OTHERS_PCT of a core or more).
 
 "This benchmark's" processes are this process's descendants, and processes whose environment
 names this benchmark's PREFECT_HOME (the local Prefect server it starts detaches from it).
@@ -23,6 +25,7 @@ _PROC = Path("/proc")
 QUIET_LOAD = 0.5  # a 1-minute load average at or above this at the start: not a quiet machine
 TOP = 5  # how many busy processes a state lists
 MIN_CPU_PCT = 5.0  # processes below this share of one core over the sample are left out
+BUSY_OTHERS_PCT = 20.0  # other processes using this much of one core in all: not quiet
 
 
 def _stat(pid: str) -> tuple[int, int, str] | None:
@@ -107,15 +110,21 @@ def machine_state(sample_s: float = 1.0) -> dict[str, Any]:
     return {"load": load, "busy": busy[:TOP]}
 
 
-def load_note(states: list[dict[str, Any]]) -> str | None:
+def load_note(states: list[dict[str, Any]], *, by_load: bool = True) -> str | None:
     """What a row measured over these rounds' starts must say when the machine was not quiet
-    (None when every round started below QUIET_LOAD)."""
+    (None when it was). `by_load`: the 1-minute load judges too (a state taken before the
+    benchmark ran anything); else only other processes' CPU does (between its own rounds)."""
     loads = [s["load"][0] for s in states if s.get("load")]
-    if not loads or max(loads) < QUIET_LOAD:
+    others = [sum(p["cpu_pct"] for p in s.get("busy", ())) for s in states]
+    loaded = by_load and bool(loads) and max(loads) >= QUIET_LOAD
+    if not loaded and (not others or max(others) < BUSY_OTHERS_PCT):
         return None
     busiest = next((s["busy"][0] for s in states if s.get("busy")), None)
     beside = f"; busiest other process: {busiest['command'][:60]}" if busiest else ""
-    return (
-        f"not a quiet machine: load {', '.join(f'{x:.2f}' for x in loads)} at the rounds' "
-        f"start (quiet: < {QUIET_LOAD}){beside}"
+    why = (
+        f"load {', '.join(f'{x:.2f}' for x in loads)} at the rounds' start (quiet: < {QUIET_LOAD})"
+        if loaded
+        else f"other processes used {', '.join(f'{x:.0f}' for x in others)} % of a core at the "
+        f"rounds' start (quiet: < {BUSY_OTHERS_PCT:.0f} %)"
     )
+    return f"not a quiet machine: {why}{beside}"

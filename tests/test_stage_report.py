@@ -75,6 +75,12 @@ def test_a_row_measured_on_a_busy_machine_says_so():
     assert load_note([quiet, quiet]) is None
     note = load_note([quiet, busy])
     assert note is not None and "not a quiet machine" in note and "pytest tests" in note
+    # between a benchmark's own rounds the load is its own anchors' work: other processes judge
+    after_anchors = {"load": [QUIET_LOAD + 1.5, 1.0, 1.0], "busy": []}
+    assert load_note([after_anchors]) is not None
+    assert load_note([after_anchors, after_anchors], by_load=False) is None
+    note = load_note([after_anchors, busy], by_load=False)
+    assert note is not None and "97 % of a core" in note and "pytest tests" in note
 
 
 def _round(load: float, split_s: float, flow_s: float) -> dict:
