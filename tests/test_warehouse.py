@@ -351,9 +351,9 @@ def test_a_verdict_graded_in_a_rebuilt_image_supersedes_only_one_from_another_im
     )
     wh.write_scores(score_rows([(run, "q4", 1)], value=0.0))  # gradebook's own image
     assert q(wh, "SELECT DISTINCT image_id FROM scores ORDER BY 1") == [(old,), (None,)]
-    # graded again: asked for, by key, as the next attempt (and only those asked for)
+    # graded again: asked for, by key, as the next attempt (only those asked for, each once)
     todo = wh.samples_to_score(
-        "math", "fp1", run_ids=[run], regrade=[(run, "q1", 1), (run, "q4", 1)]
+        "math", "fp1", run_ids=[run], regrade=[(run, "q1", 1), (run, "q4", 1), (run, "q1", 1)]
     )
     # epoch 1 of q1, q2 and q4 is graded; the rest of the run is not: first attempts (q0 and
     # q3 are generation errors, graded as such)

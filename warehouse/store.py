@@ -532,6 +532,7 @@ def _to_score_sql(
         retryable = _retryable_sql(retry, params) if retry is not None else "FALSE"
         regrade_join, regraded = "", "FALSE"
         if regrade:
+            regrade = list(dict.fromkeys((str(r), str(i), int(e)) for r, i, e in regrade))
             regrade_join = """LEFT JOIN (SELECT unnest($rg_run::VARCHAR[]) AS run_id,
                                      unnest($rg_sample::VARCHAR[]) AS sample_id,
                                      unnest($rg_epoch::INTEGER[]) AS epoch) g
@@ -540,7 +541,7 @@ def _to_score_sql(
             params["rg_run"], params["rg_sample"], params["rg_epoch"] = (
                 [k[0] for k in regrade],
                 [k[1] for k in regrade],
-                [int(k[2]) for k in regrade],
+                [k[2] for k in regrade],
             )
         if max_attempt is not None:
             retryable += " AND c.attempt < $max_attempt"
