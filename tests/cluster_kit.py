@@ -198,6 +198,32 @@ def cluster_server(home: Path) -> Iterator[ClusterServer]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
+@contextmanager
+def prefect_api_in_process(api_url: str) -> Iterator[None]:
+    """This process's flows on another server for the block (environment and settings).
+
+    Prefect keeps one event sender per process, bound to the server it first sent to, and the
+    server records task runs from those events: the senders are drained and stopped on the way
+    in and out, or the rest of the session's task runs would go to this block's server (gone
+    by then), and a later test waiting for them would wait in vain (CI, test_run_names).
+    """
+    from prefect.settings import temporary_settings
+
+    from flows.runtime.envvars import environ_set
+    from flows.runtime.session import flush_to_server
+
+    flush_to_server()
+    try:
+        with (
+            environ_set({"PREFECT_API_URL": api_url}),
+            temporary_settings(updates={"api.url": api_url}),
+        ):
+            yield
+            flush_to_server()
+    finally:
+        flush_to_server()
+
+
 def log_errors(*logs: Path) -> list[str]:
     """The lines of `logs` that hold a traceback or a locked database."""
     return [

@@ -32,16 +32,9 @@ N_PROBLEMS, EPOCHS = 6, 2  # 12 samples per sweep
 def cluster_api(prefect_api, tmp_path_factory):
     """The cluster's own server (infra/cluster/start_server.sh), in place of the session's for
     this module's flows: the session's settings otherwise (Prefect home, result storage)."""
-    from prefect.settings import temporary_settings
-
-    from flows.runtime.envvars import environ_set
-
     home = tmp_path_factory.mktemp("cluster-server")
     with cluster_kit.cluster_server(home) as server:
-        with (
-            environ_set({"PREFECT_API_URL": server.api_url}),
-            temporary_settings(updates={"api.url": server.api_url}),
-        ):
+        with cluster_kit.prefect_api_in_process(server.api_url):
             yield server
 
 

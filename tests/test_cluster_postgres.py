@@ -44,13 +44,12 @@ def test_cluster_setup_on_a_prefect_server_backed_by_postgresql(monkeypatch):
         assert (again.returncode, again.stdout.strip()) == (0, url), again.stderr
         monkeypatch.setenv("PREFECT_API_DATABASE_CONNECTION_URL", url)
         from prefect.client.orchestration import get_client
-        from prefect.settings import temporary_settings
 
         from flows.cluster.setup import setup_cluster
         from flows.runtime.server import local_server
 
         with tempfile.TemporaryDirectory() as home, local_server(home=Path(home), ui=False) as api:
-            with temporary_settings(updates={"api.url": api}):
+            with cluster_kit.prefect_api_in_process(api):
                 done = setup_cluster()
                 with get_client(sync_client=True) as client:
                     pools = {p.name: p.type for p in client.read_work_pools()}
